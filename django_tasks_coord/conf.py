@@ -1,0 +1,65 @@
+"""App settings: one ``TASKS_COORD`` dict, read lazily, merged with defaults.
+
+``app_settings.HEARTBEAT_FREQUENCY`` reads ``settings.TASKS_COORD`` on first access
+and caches the merged dict; the cache is dropped on Django's ``setting_changed``
+signal so ``override_settings(TASKS_COORD=...)`` works in tests. Nothing here is
+read at import time.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from functools import cache
+from typing import Any
+
+from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+from django_tasks_coord.exceptions import ConfigurationError
+
+DEFAULTS: dict[str, Any] = {
+    # Database alias used for the app's own queries (claims, heartbeats, reaping).
+    "DATABASE": "default",
+    # How often a node refreshes its Owner heartbeat, in seconds.
+    "HEARTBEAT_FREQUENCY": 1.0,
+    # A node whose heartbeat is older than this many seconds is dead; its tasks are expired.
+    "LIVENESS_INTERVAL": 30.0,
+}
+
+
+@cache
+def _merged() -> dict[str, Any]:
+    user = getattr(settings, "TASKS_COORD", {}) or {}
+    if not isinstance(user, dict):
+        raise ConfigurationError(f"TASKS_COORD must be a dict, not {type(user).__name__}.")
+    unknown = sorted(set(user) - set(DEFAULTS))
+    if unknown:
+        raise ConfigurationError(
+            f"Unknown TASKS_COORD key(s): {', '.join(unknown)}. "
+            f"Known keys: {', '.join(sorted(DEFAULTS))}."
+        )
+    return {**DEFAULTS, **user}
+
+
+class AppSettings:
+    """Attribute access to the merged ``TASKS_COORD`` settings."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in DEFAULTS:
+            raise AttributeError(name)
+        return _merged()[name]
+
+    @property
+    def liveness_interval(self) -> timedelta:
+        """``LIVENESS_INTERVAL`` as a timedelta."""
+        return timedelta(seconds=float(self.LIVENESS_INTERVAL))
+
+
+app_settings = AppSettings()
+
+
+@receiver(setting_changed)
+def _reset_cache(*, setting: str, **kwargs: Any) -> None:
+    if setting == "TASKS_COORD":
+        _merged.cache_clear()

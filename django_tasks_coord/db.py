@@ -1,0 +1,106 @@
+"""Small helpers that hide the differences between PostgreSQL, MySQL/MariaDB and SQLite.
+
+Each one says why it exists; callers never branch on ``connection.vendor`` themselves.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import connections, models
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
+from django.db.backends.ddl_references import Statement
+
+from django_tasks_coord.conf import app_settings
+
+
+def alias() -> str:
+    """The database alias holding the app's tables (``TASKS_COORD["DATABASE"]``)."""
+    return str(app_settings.DATABASE)
+
+
+def connection() -> BaseDatabaseWrapper:
+    """The connection for :func:`alias`."""
+    return connections[alias()]
+
+
+def lock_kwargs(conn: BaseDatabaseWrapper, *, skip_locked: bool = True) -> dict[str, Any]:
+    """Arguments for ``select_for_update`` on the task table (``skip_locked`` for claims).
+
+    PostgreSQL and MySQL/MariaDB lock the claimed rows and skip rows another
+    claimer holds (``SKIP LOCKED``). ``OF`` restricts the lock to the task table on
+    backends that support it (PostgreSQL, MySQL 8), so subqueries of a poll
+    condition lock nothing. SQLite ignores ``select_for_update``; claims there are
+    serialized by :func:`serialize_claims` instead.
+    """
+    features = conn.features
+    kwargs: dict[str, Any] = {
+        "skip_locked": skip_locked and features.has_select_for_update_skip_locked
+    }
+    if features.has_select_for_update_of:
+        kwargs["of"] = ("self",)
+    return kwargs
+
+
+def serialize_claims(conn: BaseDatabaseWrapper) -> None:
+    """Take SQLite's database write lock at the start of a claim transaction.
+
+    SQLite has neither row locks nor ``SKIP LOCKED``. A deferred transaction that
+    reads and then writes can fail at once with "database is locked" when another
+    connection wrote in between (the busy timeout does not apply to lock upgrades).
+    Writing first, like ``BEGIN IMMEDIATE``, makes concurrent claims wait their turn
+    instead. Call it as the first statement inside ``transaction.atomic``; a no-op
+    elsewhere.
+    """
+    if conn.vendor != "sqlite":
+        return
+    from django_tasks_coord.models import Topic
+
+    with conn.cursor() as cursor:
+        table = conn.ops.quote_name(Topic._meta.db_table)
+        cursor.execute(f"UPDATE {table} SET paused = paused WHERE 1 = 0")  # noqa: S608
+
+
+def can_return_rows_from_bulk_insert(conn: BaseDatabaseWrapper) -> bool:
+    """Whether ``bulk_create`` sets primary keys (PostgreSQL, MariaDB, SQLite: yes; MySQL 8: no)."""
+    return bool(conn.features.can_return_rows_from_bulk_insert)
+
+
+class PendingIndex(models.Index):
+    """An index over the queue's waiting rows, as narrow as each database allows.
+
+    PostgreSQL and SQLite get a partial index (``WHERE state = <PENDING>``): it holds
+    only waiting tasks, so its size and the cost of a claim do not grow with
+    history. MySQL/MariaDB have no partial indexes; there the ``state`` column is
+    put after the leading field, which keeps the claim a range scan of pending
+    rows too. (A plain ``Index(condition=...)`` is silently *not created* on MySQL.)
+    """
+
+    def __init__(self, *, fields: list[str], name: str, state_value: int) -> None:
+        super().__init__(fields=fields, name=name)
+        self.state_value = state_value
+
+    def deconstruct(self) -> tuple[str, tuple[Any, ...], dict[str, Any]]:
+        path, args, kwargs = super().deconstruct()
+        kwargs["state_value"] = self.state_value
+        return path, args, kwargs
+
+    def _concrete(self, conn: BaseDatabaseWrapper) -> models.Index:
+        if conn.features.supports_partial_indexes:
+            return models.Index(
+                fields=self.fields, name=self.name, condition=models.Q(state=self.state_value)
+            )
+        fields = [self.fields[0], "state", *self.fields[1:]]
+        return models.Index(fields=fields, name=self.name)
+
+    def create_sql(
+        self,
+        model: type[models.Model],
+        schema_editor: BaseDatabaseSchemaEditor,
+        using: str = "",
+        **kwargs: Any,
+    ) -> Statement:
+        return self._concrete(schema_editor.connection).create_sql(
+            model, schema_editor, using=using, **kwargs
+        )

@@ -1,0 +1,102 @@
+"""Every error this package raises on purpose derives from :class:`TasksCoordError`.
+
+Each docstring says what happened and how to fix it; the messages repeat the
+specifics (names, values, states) so a log line alone is enough to act on.
+"""
+
+from __future__ import annotations
+
+
+class TasksCoordError(Exception):
+    """Base class of every error raised by django-tasks-coord."""
+
+
+class ConfigurationError(TasksCoordError):
+    """The ``TASKS_COORD`` setting or a command-line flag has an invalid value.
+
+    Fix the setting named in the message; see docs/reference/settings.md.
+    """
+
+
+class InvalidArgumentError(TasksCoordError, ValueError):
+    """An argument has the wrong type or value (an unknown enum member, a negative limit...).
+
+    The message names the argument and what is accepted.
+    """
+
+
+class PayloadError(InvalidArgumentError):
+    """A task payload cannot be stored as JSON.
+
+    Payloads must be JSON-serializable (dict, list, str, int, float, bool, None).
+    Convert other objects (datetimes, model instances, sets) before pushing.
+    """
+
+
+class UnknownTopicError(TasksCoordError, LookupError):
+    """A topic was used before it was registered.
+
+    Register it once with ``queue.register_topic(name)`` (for example in a data
+    migration or ``AppConfig.ready``); the message lists the registered topics.
+    """
+
+
+class TaskStateError(TasksCoordError):
+    """A task is not in a state that allows the requested operation.
+
+    The message says the task's current state and which states are accepted.
+    """
+
+
+class TaskNotActiveError(TaskStateError):
+    """``complete()`` was called on a task that is not currently claimed (ACTIVE).
+
+    Only tasks returned by ``queue.poll`` can be completed, once.
+    """
+
+
+class TaskAlreadyCompletedError(TaskNotActiveError):
+    """``complete()`` was called on a task that already has a completed state."""
+
+
+class TaskRedundantError(TaskAlreadyCompletedError):
+    """The task was made REDUNDANT while it ran (a REPLACE push for its identifier).
+
+    The newer task replaces it; its result is discarded. Consumers usually ignore this.
+    """
+
+
+class StaleClaimError(TaskNotActiveError):
+    """The claim was lost: the task was expired and handed to another owner since it was polled.
+
+    The holder's heartbeat went stale; the work is being (or was) redone elsewhere.
+    Do not retry the completion.
+    """
+
+
+class OwnerError(TasksCoordError):
+    """Base class of errors about owners (registered nodes)."""
+
+
+class DuplicateOwnerError(OwnerError):
+    """Another live owner already uses this name (node id).
+
+    Node ids must be unique among running nodes. Pick another ``--node-id`` or stop
+    the other node; a dead node's id is free again once its heartbeat is older than
+    the liveness interval.
+    """
+
+
+class OwnerExpiredError(OwnerError):
+    """This owner's row is gone: its heartbeat went stale and it was declared dead.
+
+    Its tasks were handed back to the queue. The process must stop working on them
+    and register again as a new owner.
+    """
+
+
+class TimerError(TasksCoordError, ValueError):
+    """A timer specification (cron, calendar event, interval, datetime) is invalid.
+
+    The message quotes the specification and points at the offending part.
+    """

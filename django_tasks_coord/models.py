@@ -1,0 +1,185 @@
+"""Storage: topics, tasks and owners.
+
+One ``Task`` table carries the work of every entry point (queue pushes, periodic
+firings, jobs, ``django.tasks`` enqueues, HTTP-created tasks). State changes go
+through :mod:`django_tasks_coord.queue`; the models only describe rows and
+read-side querysets.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models.functions import Now
+from django.utils.translation import gettext_lazy as _
+
+from django_tasks_coord.db import PendingIndex
+from django_tasks_coord.enums import COMPLETED_MAX, COMPLETED_MIN, IN_FLIGHT, TaskState
+
+
+class Topic(models.Model):
+    """A registered queue. Tasks can only be pushed to and polled from registered topics."""
+
+    name = models.CharField(_("name"), max_length=100, primary_key=True)
+    paused = models.BooleanField(
+        _("paused"), default=False, help_text=_("Paused topics are not processed by any node.")
+    )
+    created_at = models.DateTimeField(_("created at"), db_default=Now())
+
+    class Meta:
+        verbose_name = _("topic")
+        verbose_name_plural = _("topics")
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Owner(models.Model):
+    """A registered node (a ``runscheduler`` process or any poller) that holds tasks.
+
+    ``heartbeat`` is set from the database clock. An owner whose heartbeat is older
+    than the liveness interval is dead: ``queue.expire`` returns its tasks to PENDING
+    and deletes its row.
+    """
+
+    name = models.CharField(_("name"), max_length=200, unique=True)
+    host = models.CharField(_("host"), max_length=255, blank=True)
+    pid = models.PositiveIntegerField(_("process id"), null=True, blank=True)
+    started_at = models.DateTimeField(_("started at"), db_default=Now())
+    heartbeat = models.DateTimeField(_("last heartbeat"), db_default=Now(), db_index=True)
+
+    class Meta:
+        verbose_name = _("owner")
+        verbose_name_plural = _("owners")
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class TaskQuerySet(models.QuerySet["Task"]):
+    """Read-side vocabulary for tasks."""
+
+    def for_topic(self, topic: str | Topic) -> TaskQuerySet:
+        """Tasks of one topic."""
+        return self.filter(topic_id=topic.name if isinstance(topic, Topic) else topic)
+
+    def pending(self) -> TaskQuerySet:
+        """Tasks waiting to be polled (due or not)."""
+        return self.filter(state=TaskState.PENDING)
+
+    def due(self) -> TaskQuerySet:
+        """Pending tasks whose ``execute_at`` is unset or not in the future (database clock)."""
+        return self.pending().filter(models.Q(execute_at__isnull=True) | models.Q(execute_at__lte=Now()))
+
+    def in_flight(self) -> TaskQuerySet:
+        """Tasks held by an owner or an external executor."""
+        return self.filter(state__in=IN_FLIGHT)
+
+    def completed(self) -> TaskQuerySet:
+        """Tasks in any completed state (one range of ordinals)."""
+        return self.filter(state__gte=COMPLETED_MIN, state__lte=COMPLETED_MAX)
+
+    def not_completed(self) -> TaskQuerySet:
+        """Tasks that are pending or in flight."""
+        return self.filter(state__lt=COMPLETED_MIN)
+
+
+class Task(models.Model):
+    """One unit of work in a topic.
+
+    ``sequence`` is assigned by the database on insert and only grows: it orders
+    the queue, and ``purge``/``resolve``/``count`` work on sequence ranges.
+    """
+
+    sequence = models.BigAutoField(_("sequence"), primary_key=True)
+    topic = models.ForeignKey(
+        Topic, on_delete=models.PROTECT, related_name="tasks", db_index=False, verbose_name=_("topic")
+    )
+    identifier = models.CharField(_("identifier"), max_length=255)
+    payload = models.JSONField(_("payload"), null=True, blank=True)
+    state = models.PositiveSmallIntegerField(
+        _("state"), choices=TaskState.choices, default=TaskState.PENDING
+    )
+    priority = models.SmallIntegerField(
+        _("priority"), default=0, help_text=_("Higher runs first; ties in sequence order.")
+    )
+    execute_at = models.DateTimeField(
+        _("execute at"), null=True, blank=True, help_text=_("Not polled before this time.")
+    )
+    owner = models.ForeignKey(
+        Owner,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="tasks",
+        verbose_name=_("owner"),
+    )
+    exec_id = models.UUIDField(
+        _("execution id"),
+        null=True,
+        blank=True,
+        help_text=_("Fresh for every claim; completing must quote it (fencing)."),
+    )
+    attempts = models.PositiveIntegerField(_("attempts"), default=0)
+    message = models.TextField(_("message"), null=True, blank=True)
+    error = models.TextField(_("error"), null=True, blank=True)
+    created_at = models.DateTimeField(_("created at"), db_default=Now())
+    started_at = models.DateTimeField(_("started at"), null=True, blank=True)
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
+    recreated = models.BooleanField(_("recreated"), default=False)
+    original = models.ForeignKey(
+        "self",
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,  # purge may delete the original; the copy keeps the number
+        null=True,
+        blank=True,
+        related_name="recreations",
+        verbose_name=_("original"),
+    )
+
+    objects = TaskQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("task")
+        verbose_name_plural = _("tasks")
+        indexes = [
+            # The claim query, FIFO and LIFO: WHERE topic = ? AND state = PENDING ORDER BY priority DESC, sequence.
+            PendingIndex(
+                fields=["topic", "-priority", "sequence"],
+                name="tasks_coord_claim_fifo",
+                state_value=TaskState.PENDING,
+            ),
+            PendingIndex(
+                fields=["topic", "-priority", "-sequence"],
+                name="tasks_coord_claim_lifo",
+                state_value=TaskState.PENDING,
+            ),
+            # Insertion modes, poll conditions, junctions: one identifier's history in order.
+            models.Index(fields=["topic", "identifier", "sequence"], name="tasks_coord_identifier"),
+            # resolve(): first sequence created after a point in time.
+            models.Index(fields=["topic", "created_at"], name="tasks_coord_created"),
+            # count(), admin filters by state.
+            models.Index(fields=["topic", "state", "sequence"], name="tasks_coord_state"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(state__in=TaskState.values), name="tasks_coord_task_state_valid"
+            ),
+            models.CheckConstraint(
+                condition=~models.Q(state=TaskState.ACTIVE) | models.Q(exec_id__isnull=False),
+                name="tasks_coord_active_has_exec_id",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(recreated=False) | models.Q(original__isnull=False),
+                name="tasks_coord_recreated_has_original",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.topic_id}#{self.sequence} {self.identifier} ({self.get_state_display()})"
+
+    @property
+    def is_completed(self) -> bool:
+        """True once the task reached a completed state."""
+        return COMPLETED_MIN <= self.state <= COMPLETED_MAX

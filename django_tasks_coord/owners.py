@@ -1,0 +1,120 @@
+"""Owners: the nodes that hold tasks, their heartbeats, and the expiry of dead ones.
+
+Times are compared on the database clock, so nodes with skewed clocks agree on
+who is dead.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import uuid
+from datetime import timedelta
+
+from django.db import IntegrityError, models, transaction
+from django.db.models.functions import Now
+
+from django_tasks_coord import db
+from django_tasks_coord.conf import app_settings
+from django_tasks_coord.enums import IN_FLIGHT, TaskState
+from django_tasks_coord.exceptions import DuplicateOwnerError, InvalidArgumentError
+from django_tasks_coord.models import Owner, Task
+
+logger = logging.getLogger(__name__)
+
+
+def default_owner_name() -> str:
+    """A unique name for an owner: ``host:pid:random``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _older_than(bound: timedelta) -> models.Q:
+    if not isinstance(bound, timedelta) or bound < timedelta(0):
+        raise InvalidArgumentError(f"older_than must be a non-negative timedelta, not {bound!r}.")
+    cutoff = models.ExpressionWrapper(Now() - bound, output_field=models.DateTimeField())
+    return models.Q(heartbeat__lt=cutoff)
+
+
+def register_owner(name: str | None = None, *, host: str | None = None, pid: int | None = None) -> Owner:
+    """Register a node as an owner and return it.
+
+    ``name`` (the node id) must be unique among live owners; a dead owner (heartbeat
+    older than ``LIVENESS_INTERVAL``) with the same name is expired first and its
+    tasks go back to the queue. Raises :class:`DuplicateOwnerError` if a live owner
+    has the name.
+    """
+    name = name or default_owner_name()
+    if not isinstance(name, str) or not 0 < len(name) <= 200:
+        raise InvalidArgumentError(f"owner name must be a str of 1 to 200 characters, not {name!r}.")
+    fields = {"host": host if host is not None else socket.gethostname(), "pid": pid or os.getpid()}
+    using = db.alias()
+    try:
+        with transaction.atomic(using=using):
+            return Owner.objects.using(using).create(name=name, **fields)
+    except IntegrityError:
+        pass
+    stale = Owner.objects.using(using).filter(_older_than(app_settings.liveness_interval), name=name)
+    with transaction.atomic(using=using):
+        ids = list(stale.select_for_update().values_list("pk", flat=True))
+        if not ids:
+            raise DuplicateOwnerError(
+                f"A live owner named {name!r} already exists (its heartbeat is younger than "
+                f"{app_settings.LIVENESS_INTERVAL}s). Use another node id or stop that node."
+            ) from None
+        _expire_owner_ids(ids, using)
+        return Owner.objects.using(using).create(name=name, **fields)
+
+
+def heartbeat(owner: Owner) -> bool:
+    """Refresh ``owner``'s heartbeat. False means the owner was declared dead (its row is gone)."""
+    updated = Owner.objects.using(db.alias()).filter(pk=owner.pk).update(heartbeat=Now())
+    return updated == 1
+
+
+def unregister_owner(owner: Owner) -> list[Task]:
+    """Remove ``owner`` (a graceful stop); tasks it still holds go back to PENDING and are returned."""
+    using = db.alias()
+    with transaction.atomic(using=using):
+        db.serialize_claims(db.connection())
+        return _expire_owner_ids([owner.pk], using)
+
+
+def expire(older_than: timedelta | None = None) -> list[Task]:
+    """Declare owners dead whose heartbeat is older than ``older_than`` and free their tasks.
+
+    ``older_than`` defaults to ``TASKS_COORD["LIVENESS_INTERVAL"]``. Tasks the dead
+    owners held (ACTIVE or REQUESTED) return to PENDING, keeping their attempt count,
+    so another owner can poll them; the owners' rows are deleted. Returns the freed
+    tasks. Owners that are busy polling right now (row locked) are alive and skipped.
+    """
+    bound = app_settings.liveness_interval if older_than is None else older_than
+    using = db.alias()
+    conn = db.connection()
+    with transaction.atomic(using=using):
+        db.serialize_claims(conn)
+        stale = Owner.objects.using(using).filter(_older_than(bound))
+        ids = list(stale.select_for_update(**db.lock_kwargs(conn)).values_list("pk", flat=True))
+        return _expire_owner_ids(ids, using) if ids else []
+
+
+def _expire_owner_ids(ids: list[int], using: str) -> list[Task]:
+    """Return the in-flight tasks of owners ``ids`` to PENDING and delete the owners."""
+    conn = db.connection()
+    held = Task.objects.using(using).filter(owner_id__in=ids, state__in=IN_FLIGHT)
+    tasks = list(held.select_for_update(**db.lock_kwargs(conn, skip_locked=False)).order_by("sequence"))
+    if tasks:
+        Task.objects.using(using).filter(pk__in=[t.pk for t in tasks]).update(
+            state=TaskState.PENDING, owner=None, exec_id=None
+        )
+        for task in tasks:
+            task.state, task.owner, task.exec_id = TaskState.PENDING, None, None
+    Owner.objects.using(using).filter(pk__in=ids).delete()
+    for task in tasks:
+        logger.warning(
+            "Task %s returned to the queue: its owner died (attempt %s).",
+            task,
+            task.attempts,
+            extra={"task_sequence": task.sequence, "topic": task.topic_id},
+        )
+    return tasks

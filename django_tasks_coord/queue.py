@@ -1,0 +1,629 @@
+"""The ordered, topic-based task queue: the public API every other part builds on.
+
+::
+
+    from django_tasks_coord import queue
+    from django_tasks_coord.queue import Decision, Insertion, Order, Condition, Result
+
+    queue.register_topic("invoices")
+    queue.push("invoices", "customer-42", {"amount": 10}, insertion=Insertion.SUPERSEDE)
+    for task in queue.poll("invoices", limit=10, condition=Condition.SINGULAR_BY_IDENTIFIER):
+        queue.complete(task, Decision(Result.SUCCESS))
+
+Every function runs in the caller's transaction when one is open on the app's
+database alias (``TASKS_COORD["DATABASE"]``), and in a transaction of its own
+otherwise: nothing is ever half-written, and a push inside a rolled-back
+``transaction.atomic()`` block never existed.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db import models, transaction
+from django.db.models import Count, Exists, F, Max, Min, OuterRef, Q, Subquery
+from django.utils import timezone
+
+from django_tasks_coord import db
+from django_tasks_coord.enums import (
+    COMPLETED_MIN,
+    IN_FLIGHT,
+    Condition,
+    Decision,
+    Insertion,
+    Junction,
+    Order,
+    Result,
+    TaskState,
+)
+from django_tasks_coord.exceptions import (
+    InvalidArgumentError,
+    OwnerExpiredError,
+    PayloadError,
+    StaleClaimError,
+    TaskAlreadyCompletedError,
+    TaskNotActiveError,
+    TaskRedundantError,
+    TaskStateError,
+    UnknownTopicError,
+)
+from django_tasks_coord.models import Owner, Task, Topic
+from django_tasks_coord.owners import expire, heartbeat, register_owner, unregister_owner
+
+__all__ = [
+    "Condition",
+    "Decision",
+    "Insertion",
+    "Junction",
+    "Order",
+    "Result",
+    "Task",
+    "TaskState",
+    "Topic",
+    "cancel",
+    "complete",
+    "count",
+    "expire",
+    "heartbeat",
+    "junction",
+    "poll",
+    "purge",
+    "push",
+    "push_many",
+    "recreate",
+    "register_owner",
+    "register_topic",
+    "release",
+    "reset",
+    "resolve",
+    "unregister_owner",
+]
+
+TopicRef = str | Topic
+MAX_POLL_LIMIT = 10_000
+_PRIORITY_RANGE = range(-32768, 32768)
+#: Earlier tasks in these states never block a poll condition.
+_NON_BLOCKING = (TaskState.FILTERED, TaskState.CANCELED, TaskState.REDUNDANT)
+
+
+# --- topics ---------------------------------------------------------------------------------
+
+
+class _KnownTopics:
+    """Names of topics seen to exist, remembered for a short while to spare a query per push.
+
+    A topic is rarely deleted (it is PROTECTed while it has tasks); an entry expires
+    after ``ttl`` seconds and is dropped at once when this process deletes the topic.
+    """
+
+    ttl = 60.0
+
+    def __init__(self) -> None:
+        self._seen: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def __contains__(self, name: str) -> bool:
+        seen = self._seen.get(name)
+        return seen is not None and time.monotonic() - seen < self.ttl
+
+    def add(self, name: str) -> None:
+        with self._lock:
+            self._seen[name] = time.monotonic()
+
+    def discard(self, name: str) -> None:
+        with self._lock:
+            self._seen.pop(name, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._seen.clear()
+
+
+known_topics = _KnownTopics()
+
+
+def _validate_topic_name(name: object) -> str:
+    if not isinstance(name, str) or not 0 < len(name) <= 100 or name != name.strip():
+        raise InvalidArgumentError(
+            f"A topic name must be a non-empty str of at most 100 characters without "
+            f"surrounding spaces, not {name!r}."
+        )
+    return name
+
+
+def _topic_name(topic: object) -> str:
+    """Validate a topic reference and return its name; raise if it is not registered."""
+    name = topic.name if isinstance(topic, Topic) else _validate_topic_name(topic)
+    if name in known_topics:
+        return name
+    if Topic.objects.using(db.alias()).filter(name=name).exists():
+        known_topics.add(name)
+        return name
+    registered = list(Topic.objects.using(db.alias()).values_list("name", flat=True)[:50])
+    raise UnknownTopicError(
+        f"Topic {name!r} is not registered. Registered topics: "
+        f"{', '.join(map(repr, registered)) or 'none'}. "
+        f"Register it with queue.register_topic({name!r})."
+    )
+
+
+def register_topic(name: str) -> Topic:
+    """Register a topic (idempotent) and return it. Tasks can only use registered topics."""
+    name = _validate_topic_name(name)
+    topic, _ = Topic.objects.using(db.alias()).get_or_create(name=name)
+    known_topics.add(name)
+    return topic
+
+
+# --- validation helpers ---------------------------------------------------------------------
+
+
+def _check_identifier(identifier: object) -> str:
+    if not isinstance(identifier, str) or not 0 < len(identifier) <= 255:
+        raise InvalidArgumentError(
+            f"identifier must be a non-empty str of at most 255 characters, not {identifier!r}."
+        )
+    return identifier
+
+
+def _check_payload(payload: object) -> None:
+    try:
+        json.dumps(payload, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise PayloadError(
+            f"The payload is not JSON-serializable ({exc}). Pass dicts, lists, str, int, "
+            f"float (not NaN/Infinity), bool or None; convert other objects first."
+        ) from exc
+
+
+def _check_priority(priority: object) -> int:
+    if not isinstance(priority, int) or isinstance(priority, bool) or priority not in _PRIORITY_RANGE:
+        raise InvalidArgumentError(f"priority must be an int from -32768 to 32767, not {priority!r}.")
+    return priority
+
+
+def _check_when(value: object, argument: str, *, optional: bool = True) -> datetime | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, datetime):
+        raise InvalidArgumentError(f"{argument} must be a datetime, not {value!r}.")
+    if timezone.is_naive(value):
+        raise InvalidArgumentError(
+            f"{argument}={value!r} is naive; pass an aware datetime (e.g. django.utils.timezone.now())."
+        )
+    return value
+
+
+def _check_task(task: object) -> Task:
+    if not isinstance(task, Task) or task.pk is None:
+        raise InvalidArgumentError(f"Expected a saved Task, not {task!r}.")
+    return task
+
+
+def format_exception(exception: BaseException | None) -> str | None:
+    """The stored form of an exception: its traceback (if any), class and message."""
+    if exception is None:
+        return None
+    return "".join(traceback.format_exception(exception)).rstrip("\n")
+
+
+# --- push -----------------------------------------------------------------------------------
+
+
+def push(
+    topic: TopicRef,
+    identifier: str,
+    payload: Any = None,
+    *,
+    insertion: Insertion | str = Insertion.APPEND,
+    priority: int = 0,
+    execute_at: datetime | None = None,
+) -> Task:
+    """Add a task to ``topic`` and return it (with its ``sequence``).
+
+    ``insertion`` decides what happens to existing tasks of ``identifier`` (see
+    :class:`Insertion`); ``priority`` (higher first) and ``execute_at`` (not polled
+    before) shape when it runs. ``payload`` must be JSON-serializable.
+    """
+    return push_many(topic, [(identifier, payload)], insertion=insertion, priority=priority, execute_at=execute_at)[0]
+
+
+def push_many(
+    topic: TopicRef,
+    items: Iterable[tuple[str, Any]],
+    *,
+    insertion: Insertion | str = Insertion.APPEND,
+    priority: int = 0,
+    execute_at: datetime | None = None,
+) -> list[Task]:
+    """Add several ``(identifier, payload)`` tasks in one transaction; return them in order.
+
+    Equivalent to calling :func:`push` for each item in turn, in fewer queries: under
+    REPLACE and SUPERSEDE an identifier repeated in the batch leaves only its last
+    task pending (the earlier ones are returned REDUNDANT); under DELETE only its
+    last task is created.
+    """
+    insertion = Insertion.coerce(insertion, "insertion")
+    priority = _check_priority(priority)
+    execute_at = _check_when(execute_at, "execute_at")
+    batch = []
+    for item in items:
+        if not isinstance(item, tuple | list) or len(item) != 2:
+            raise InvalidArgumentError(f"push_many items must be (identifier, payload) pairs, not {item!r}.")
+        identifier, payload = item
+        _check_identifier(identifier)
+        _check_payload(payload)
+        batch.append((identifier, payload))
+    name = _topic_name(topic)
+    if not batch:
+        return []
+    last_index = {identifier: i for i, (identifier, _) in enumerate(batch)}
+    tasks = []
+    for i, (identifier, payload) in enumerate(batch):
+        superseded = insertion is not Insertion.APPEND and last_index[identifier] != i
+        if superseded and insertion is Insertion.DELETE:
+            continue
+        tasks.append(
+            Task(
+                topic_id=name,
+                identifier=identifier,
+                payload=payload,
+                priority=priority,
+                execute_at=execute_at,
+                state=TaskState.REDUNDANT if superseded else TaskState.PENDING,
+                finished_at=timezone.now() if superseded else None,
+            )
+        )
+    using = db.alias()
+    with transaction.atomic(using=using):
+        if insertion is not Insertion.APPEND:
+            _apply_insertion(name, list(last_index), insertion, using)
+        return _insert(tasks, using)
+
+
+def _apply_insertion(topic: str, identifiers: list[str], insertion: Insertion, using: str) -> None:
+    for start in range(0, len(identifiers), 500):
+        existing = Task.objects.using(using).filter(topic_id=topic, identifier__in=identifiers[start : start + 500])
+        if insertion is Insertion.REPLACE:
+            existing.not_completed().update(state=TaskState.REDUNDANT, finished_at=timezone.now(), owner=None)
+        elif insertion is Insertion.SUPERSEDE:
+            existing.pending().update(state=TaskState.REDUNDANT, finished_at=timezone.now())
+        else:
+            existing.exclude(state__in=IN_FLIGHT).delete()
+
+
+def _insert(tasks: list[Task], using: str) -> list[Task]:
+    if db.can_return_rows_from_bulk_insert(db.connection()):
+        return Task.objects.using(using).bulk_create(tasks)
+    for task in tasks:  # MySQL 8 cannot return the keys of a multi-row insert
+        task.save(using=using, force_insert=True)
+        task.refresh_from_db(using=using, fields=["created_at"])
+    return tasks
+
+
+# --- poll -----------------------------------------------------------------------------------
+
+
+def _apply_condition(qs: models.QuerySet[Task], condition: Condition) -> models.QuerySet[Task]:
+    earlier = Task.objects.filter(
+        topic_id=OuterRef("topic_id"), identifier=OuterRef("identifier"), sequence__lt=OuterRef("sequence")
+    )
+    qs = qs.filter(~Exists(earlier.filter(state__lt=COMPLETED_MIN)))
+    if condition is Condition.SINGULAR_BY_IDENTIFIER:
+        return qs
+    latest = earlier.exclude(state__in=_NON_BLOCKING).order_by("-sequence").values("state")[:1]
+    qs = qs.annotate(_latest_earlier_state=Subquery(latest))
+    unblocked = Q(_latest_earlier_state__isnull=True)
+    if condition is Condition.SINGULAR_BY_IDENTIFIER_SUSPEND_ON_FAILURE:
+        return qs.filter(unblocked | ~Q(_latest_earlier_state=TaskState.FAILED))
+    return qs.filter(unblocked | Q(_latest_earlier_state=TaskState.SUCCEEDED))
+
+
+def poll(
+    topic: TopicRef,
+    limit: int = 1,
+    *,
+    order: Order | str = Order.FIFO,
+    condition: Condition | str | None = None,
+    owner: Owner | None = None,
+) -> list[Task]:
+    """Claim up to ``limit`` due tasks of ``topic`` and return them, now ACTIVE.
+
+    Highest ``priority`` first, then by sequence (``Order.FIFO``: oldest first;
+    ``Order.LIFO``: newest first). A :class:`Condition` keeps tasks back while
+    earlier tasks of their identifier are unfinished (or failed). Each claimed task
+    gets a fresh ``exec_id`` and one more ``attempts``; ``owner`` (if given) holds
+    it, and polling also refreshes the owner's heartbeat.
+
+    Claims take one short transaction (``SELECT ... FOR UPDATE SKIP LOCKED`` on
+    PostgreSQL and MySQL/MariaDB; a serialized write on SQLite), so any number of
+    pollers never claim the same task twice.
+    """
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 0 < limit <= MAX_POLL_LIMIT:
+        raise InvalidArgumentError(f"limit must be an int from 1 to {MAX_POLL_LIMIT}, not {limit!r}.")
+    order = Order.coerce(order, "order")
+    condition = None if condition is None else Condition.coerce(condition, "condition")
+    if owner is not None and not isinstance(owner, Owner):
+        raise InvalidArgumentError(f"owner must be an Owner (see queue.register_owner), not {owner!r}.")
+    name = _topic_name(topic)
+    using, conn = db.alias(), db.connection()
+    with transaction.atomic(using=using):
+        db.serialize_claims(conn)
+        if owner is not None and not heartbeat(owner):
+            raise OwnerExpiredError(f"Owner {owner.name!r} was declared dead; register again.")
+        qs = Task.objects.using(using).for_topic(name).due()
+        if condition is not None:
+            qs = _apply_condition(qs, condition)
+        sequence = "sequence" if order is Order.FIFO else "-sequence"
+        qs = qs.order_by("-priority", sequence).select_for_update(**db.lock_kwargs(conn))
+        tasks = list(qs[:limit])
+        if not tasks:
+            return []
+        now, exec_id = timezone.now(), uuid.uuid4()
+        Task.objects.using(using).filter(pk__in=[t.pk for t in tasks]).update(
+            state=TaskState.ACTIVE,
+            owner=owner,
+            exec_id=exec_id,
+            attempts=F("attempts") + 1,
+            started_at=now,
+            finished_at=None,
+        )
+    for task in tasks:
+        task.state, task.owner, task.exec_id, task.started_at = TaskState.ACTIVE, owner, exec_id, now
+        task.attempts += 1
+        task.finished_at = None
+    return tasks
+
+
+# --- complete, release, cancel ---------------------------------------------------------------
+
+
+def _claim_lost(task: Task, action: str) -> TaskStateError:
+    """Explain why ``task`` (as the caller knows it) cannot be completed or released now."""
+    current = Task.objects.using(db.alias()).filter(pk=task.pk).values("state", "exec_id").first()
+    if current is None:
+        return TaskStateError(f"Cannot {action} task #{task.pk}: it was deleted (purged or replaced).")
+    state = TaskState(current["state"])
+    if state is TaskState.REDUNDANT:
+        return TaskRedundantError(
+            f"Cannot {action} task #{task.pk}: a REPLACE push made it redundant while it ran."
+        )
+    if state.is_completed:
+        return TaskAlreadyCompletedError(
+            f"Cannot {action} task #{task.pk}: it is already completed ({state.label})."
+        )
+    if task.exec_id is not None and current["exec_id"] != task.exec_id:
+        return StaleClaimError(
+            f"Cannot {action} task #{task.pk}: its claim {task.exec_id} was lost (the owner was "
+            f"declared dead and the task is now {state.label}). Do not retry."
+        )
+    return TaskNotActiveError(
+        f"Cannot {action} task #{task.pk}: it is {state.label}; only ACTIVE tasks returned by "
+        f"queue.poll can be completed."
+    )
+
+
+def complete(task: Task, decision: Decision | Result | str) -> Task:
+    """Finish an ACTIVE task with a :class:`Decision` and return it.
+
+    The result sets the state (SUCCESS → SUCCEEDED, SUSPENSION → SUSPENDED, FILTER →
+    FILTERED, FAILURE → FAILED); ``message`` and ``exception`` (class, message and
+    traceback) are stored. The task must still be held under the claim it was
+    polled with; otherwise a :class:`TaskNotActiveError` subclass says what happened
+    (already completed, made redundant, or the claim was lost to an expiry).
+    """
+    task = _check_task(task)
+    if not isinstance(decision, Decision):
+        decision = Decision(Result.coerce(decision, "decision"))
+    now = timezone.now()
+    changes = {
+        "state": decision.result.state,
+        "message": decision.message,
+        "error": format_exception(decision.exception),
+        "finished_at": now,
+        "owner": None,
+    }
+    using = db.alias()
+    with transaction.atomic(using=using):
+        held = Task.objects.using(using).filter(pk=task.pk, state=TaskState.ACTIVE, exec_id=task.exec_id)
+        if held.update(**changes) != 1:
+            raise _claim_lost(task, "complete")
+    for field, value in changes.items():
+        setattr(task, field, value)
+    return task
+
+
+def release(task: Task, *, execute_at: datetime | None = None, refund_attempt: bool = False) -> Task:
+    """Give an ACTIVE task back to the queue (PENDING), optionally not before ``execute_at``.
+
+    Used for retries (with a delay) and by a stopping node for work it did not
+    start; ``refund_attempt`` undoes the attempt counted when it was polled.
+    """
+    task = _check_task(task)
+    execute_at = _check_when(execute_at, "execute_at")
+    changes: dict[str, Any] = {
+        "state": TaskState.PENDING,
+        "owner": None,
+        "exec_id": None,
+        "execute_at": execute_at,
+    }
+    if refund_attempt:
+        changes["attempts"] = max(task.attempts - 1, 0)
+    using = db.alias()
+    with transaction.atomic(using=using):
+        held = Task.objects.using(using).filter(pk=task.pk, state=TaskState.ACTIVE, exec_id=task.exec_id)
+        if held.update(**changes) != 1:
+            raise _claim_lost(task, "release")
+    for field, value in changes.items():
+        setattr(task, field, value)
+    return task
+
+
+def cancel(task: Task, message: str | None = None) -> Task:
+    """Cancel a task that is not completed yet (CANCELED). A running consumer's completion is then refused."""
+    task = _check_task(task)
+    changes = {"state": TaskState.CANCELED, "finished_at": timezone.now(), "owner": None, "message": message}
+    if Task.objects.using(db.alias()).filter(pk=task.pk).not_completed().update(**changes) != 1:
+        raise _state_error(task, "cancel", "not completed (PENDING, REQUESTED or ACTIVE)")
+    for field, value in changes.items():
+        setattr(task, field, value)
+    return task
+
+
+# --- revive ---------------------------------------------------------------------------------
+
+
+def _state_error(task: Task, action: str, accepted: str) -> TaskStateError:
+    state = Task.objects.using(db.alias()).filter(pk=task.pk).values_list("state", flat=True).first()
+    if state is None:
+        return TaskStateError(f"Cannot {action} task #{task.pk}: it was deleted.")
+    return TaskStateError(
+        f"Cannot {action} task #{task.pk}: it is {TaskState(state).label}; only {accepted} tasks can be."
+    )
+
+
+_REVIVED = {
+    "state": TaskState.PENDING,
+    "owner": None,
+    "exec_id": None,
+    "attempts": 0,
+    "message": None,
+    "error": None,
+    "execute_at": None,
+    "started_at": None,
+    "finished_at": None,
+}
+
+
+def reset(task: Task) -> Task:
+    """Revive a completed task in place: PENDING again, result and attempts cleared, same sequence."""
+    task = _check_task(task)
+    if Task.objects.using(db.alias()).filter(pk=task.pk).completed().update(**_REVIVED) != 1:
+        raise _state_error(task, "reset", "completed")
+    for field, value in _REVIVED.items():
+        setattr(task, field, value)
+    return task
+
+
+def recreate(task: Task) -> Task:
+    """Revive a completed task as a new PENDING task (new sequence, ``recreated`` True, ``original`` set).
+
+    The original keeps its state and result.
+    """
+    task = _check_task(task)
+    using = db.alias()
+    with transaction.atomic(using=using):
+        original = Task.objects.using(using).filter(pk=task.pk).completed().select_for_update().first()
+        if original is None:
+            raise _state_error(task, "recreate", "completed")
+        copy = Task(
+            topic_id=original.topic_id,
+            identifier=original.identifier,
+            payload=original.payload,
+            priority=original.priority,
+            recreated=True,
+            original=original,
+        )
+        return _insert([copy], using)[0]
+
+
+# --- maintenance ----------------------------------------------------------------------------
+
+
+def purge(topic: TopicRef, below: int) -> int:
+    """Delete the tasks of ``topic`` with a sequence lower than ``below``; return how many.
+
+    Tasks in flight (ACTIVE, REQUESTED) are kept: purging never pulls work from
+    under a running consumer.
+    """
+    if not isinstance(below, int) or isinstance(below, bool):
+        raise InvalidArgumentError(f"below must be an int (a sequence), not {below!r}.")
+    name = _topic_name(topic)
+    doomed = Task.objects.using(db.alias()).for_topic(name).filter(sequence__lt=below).exclude(state__in=IN_FLIGHT)
+    deleted, _ = doomed.delete()
+    return deleted
+
+
+def resolve(topic: TopicRef, when: datetime) -> int:
+    """The first sequence of ``topic`` created after ``when`` (by the database clock).
+
+    If nothing was created since, the sequence the next task will be above, so
+    ``purge(topic, resolve(topic, when))`` removes everything created up to ``when``.
+    """
+    name = _topic_name(topic)
+    when = _check_when(when, "when", optional=False)
+    tasks = Task.objects.using(db.alias())
+    first = tasks.for_topic(name).filter(created_at__gt=when).aggregate(m=Min("sequence"))["m"]
+    if first is not None:
+        return int(first)
+    return int(tasks.aggregate(m=Max("sequence"))["m"] or 0) + 1
+
+
+def count(
+    topic: TopicRef,
+    *,
+    start: int | None = None,
+    end: int | None = None,
+    latest_per_identifier: bool = False,
+) -> int:
+    """Count the tasks of ``topic`` with ``start <= sequence < end`` (either bound optional).
+
+    With ``latest_per_identifier`` each identifier counts once (its latest task).
+    """
+    for argument, value in (("start", start), ("end", end)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            raise InvalidArgumentError(f"{argument} must be an int (a sequence) or None, not {value!r}.")
+    qs = Task.objects.using(db.alias()).for_topic(_topic_name(topic))
+    if start is not None:
+        qs = qs.filter(sequence__gte=start)
+    if end is not None:
+        qs = qs.filter(sequence__lt=end)
+    if latest_per_identifier:
+        return int(qs.aggregate(n=Count("identifier", distinct=True))["n"])
+    return qs.count()
+
+
+def junction(
+    topic: TopicRef, identifiers: Sequence[str], junction: Junction | str = Junction.SINGULAR
+) -> list[Task]:
+    """Start the suspended tasks of several identifiers together, once all are present.
+
+    Looks at the latest task of each identifier. ``Junction.SINGULAR``: only if every
+    one is SUSPENDED; ``Junction.ETERNAL``: as soon as every identifier has a task,
+    in any state. The SUSPENDED ones among them go back to PENDING (like
+    :func:`reset`) and are returned; otherwise nothing changes and ``[]`` is returned.
+    """
+    mode = Junction.coerce(junction, "junction")
+    if isinstance(identifiers, str) or not identifiers:
+        raise InvalidArgumentError(f"identifiers must be a non-empty list of str, not {identifiers!r}.")
+    wanted = {_check_identifier(identifier) for identifier in identifiers}
+    name = _topic_name(topic)
+    using, conn = db.alias(), db.connection()
+    with transaction.atomic(using=using):
+        db.serialize_claims(conn)
+        tasks = Task.objects.using(using).for_topic(name)
+        latest_ids = (
+            tasks.filter(identifier__in=wanted).values("identifier").annotate(m=Max("sequence")).values_list("m", flat=True)
+        )
+        latest = list(
+            tasks.filter(pk__in=list(latest_ids)).select_for_update(**db.lock_kwargs(conn, skip_locked=False))
+        )
+        if {t.identifier for t in latest} != wanted:
+            return []
+        suspended = [t for t in latest if t.state == TaskState.SUSPENDED]
+        if mode is Junction.SINGULAR and len(suspended) != len(latest):
+            return []
+        if not suspended:
+            return []
+        tasks.filter(pk__in=[t.pk for t in suspended], state=TaskState.SUSPENDED).update(**_REVIVED)
+    for task in suspended:
+        for field, value in _REVIVED.items():
+            setattr(task, field, value)
+    return sorted(suspended, key=lambda t: t.sequence)

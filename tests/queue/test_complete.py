@@ -1,0 +1,151 @@
+import pytest
+
+from django_tasks_coord import queue
+from django_tasks_coord.enums import TaskState
+from django_tasks_coord.exceptions import (
+    InvalidArgumentError,
+    StaleClaimError,
+    TaskAlreadyCompletedError,
+    TaskNotActiveError,
+    TaskRedundantError,
+    TaskStateError,
+)
+from django_tasks_coord.models import Task
+from django_tasks_coord.queue import Decision, Result
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def active(topic):
+    queue.push(topic, "a", {"x": 1})
+    return queue.poll(topic)[0]
+
+
+@pytest.mark.parametrize(
+    ("result", "state"),
+    [
+        (Result.SUCCESS, TaskState.SUCCEEDED),
+        (Result.SUSPENSION, TaskState.SUSPENDED),
+        (Result.FILTER, TaskState.FILTERED),
+        (Result.FAILURE, TaskState.FAILED),
+    ],
+)
+def test_each_decision_sets_its_state(active, result, state):
+    done = queue.complete(active, Decision(result, message="why"))
+    stored = Task.objects.get(pk=active.pk)
+    for obj in (done, stored):
+        assert obj.state == state
+        assert obj.message == "why"
+        assert obj.finished_at is not None
+        assert obj.owner_id is None
+        assert obj.is_completed
+
+
+def test_exception_is_stored_with_class_and_traceback(active):
+    def fail():
+        raise ValueError("bad amount")
+
+    try:
+        fail()
+    except ValueError as exc:
+        queue.complete(active, Decision(Result.FAILURE, exception=exc))
+    error = Task.objects.get(pk=active.pk).error
+    assert error.startswith("Traceback (most recent call last):")
+    assert "in fail" in error
+    assert error.endswith("ValueError: bad amount")
+
+
+def test_exception_without_traceback(active):
+    queue.complete(active, Decision.failure(KeyError("k"), message="m"))
+    stored = Task.objects.get(pk=active.pk)
+    assert stored.error == "KeyError: 'k'"
+    assert stored.message == "m"
+
+
+def test_result_alone_is_accepted(active):
+    assert queue.complete(active, Result.SUCCESS).state == TaskState.SUCCEEDED
+
+
+def test_completing_twice_is_refused(active):
+    queue.complete(active, Decision.success())
+    with pytest.raises(TaskAlreadyCompletedError, match="already completed"):
+        queue.complete(active, Decision.success())
+
+
+def test_completing_a_pending_task_is_refused(topic):
+    task = queue.push(topic, "a")
+    with pytest.raises(TaskNotActiveError, match="pending"):
+        queue.complete(task, Decision.success())
+    assert Task.objects.get(pk=task.pk).state == TaskState.PENDING
+
+
+def test_completing_a_replaced_task_says_so(topic, active):
+    queue.push(topic, "a", insertion="replace")
+    with pytest.raises(TaskRedundantError, match="redundant"):
+        queue.complete(active, Decision.success())
+
+
+def test_completing_after_the_claim_was_lost(topic, active):
+    Task.objects.filter(pk=active.pk).update(state=TaskState.PENDING, exec_id=None)
+    (again,) = queue.poll(topic)
+    with pytest.raises(StaleClaimError, match="lost"):
+        queue.complete(active, Decision.success())
+    assert queue.complete(again, Decision.success()).state == TaskState.SUCCEEDED
+
+
+def test_completing_a_deleted_task(active):
+    Task.objects.filter(pk=active.pk).delete()
+    with pytest.raises(TaskStateError, match="deleted"):
+        queue.complete(active, Decision.success())
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: Decision("maybe"),
+        lambda: Decision(Result.SUCCESS, message=3),
+        lambda: Decision(Result.FAILURE, exception="boom"),
+    ],
+)
+def test_bad_decisions(make):
+    with pytest.raises(InvalidArgumentError):
+        make()
+
+
+def test_complete_needs_a_task(db):
+    with pytest.raises(InvalidArgumentError, match="Task"):
+        queue.complete("task-1", Decision.success())
+    with pytest.raises(InvalidArgumentError, match="Task"):
+        queue.complete(Task(), Decision.success())
+
+
+def test_release_returns_a_task_to_the_queue(topic, active):
+    released = queue.release(active, refund_attempt=True)
+    assert released.state == TaskState.PENDING
+    assert released.attempts == 0
+    (again,) = queue.poll(topic)
+    assert again.pk == active.pk
+    assert again.attempts == 1
+
+
+def test_release_with_delay_keeps_the_attempt(topic, active):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    queue.release(active, execute_at=timezone.now() + timedelta(minutes=5))
+    assert queue.poll(topic) == []
+    stored = Task.objects.get(pk=active.pk)
+    assert stored.attempts == 1
+    assert stored.execute_at is not None
+
+
+def test_cancel(topic, active):
+    pending = queue.push(topic, "b")
+    assert queue.cancel(pending).state == TaskState.CANCELED
+    queue.cancel(active, message="operator")
+    with pytest.raises(TaskAlreadyCompletedError):
+        queue.complete(active, Decision.success())
+    with pytest.raises(TaskStateError, match="canceled"):
+        queue.cancel(pending)

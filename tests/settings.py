@@ -1,0 +1,77 @@
+"""Settings for the test suite.
+
+The database comes from one environment variable, ``DATABASE_URL`` (django-environ
+syntax); without it, a SQLite file in the system temp directory. Examples::
+
+    DATABASE_URL=postgres://root@127.0.0.1:5432/test
+    DATABASE_URL=mysql://root@127.0.0.1:3306/test
+
+``TEST_DB_SUFFIX`` keeps concurrent runs (tox in parallel, several developers) from
+sharing a test database.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import environ
+
+env = environ.Env()
+SUFFIX = env.str("TEST_DB_SUFFIX", default="")
+_sqlite_file = Path(tempfile.gettempdir()) / f"tasks_coord{SUFFIX}.sqlite3"
+
+DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{_sqlite_file}")}
+_db = DATABASES["default"]
+if _db["ENGINE"] == "django.db.backends.sqlite3":
+    # A file, not :memory:, so that subprocesses of multi-process tests share it.
+    _db["TEST"] = {"NAME": str(_sqlite_file.with_name(f"test_tasks_coord{SUFFIX}.sqlite3"))}
+    _db.setdefault("OPTIONS", {}).setdefault("timeout", 30)
+else:
+    _db["TEST"] = {"NAME": f"test_{_db['NAME']}{SUFFIX}"}
+if _db["ENGINE"] == "django.db.backends.mysql":
+    _db.setdefault("OPTIONS", {}).update({"charset": "utf8mb4", "isolation_level": "read committed"})
+    _db["TEST"].update({"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_bin"})
+
+SECRET_KEY = "tests-only-not-secret"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django_tasks_coord",
+]
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+ROOT_URLCONF = "tests.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"null": {"class": "logging.NullHandler"}},
+    "root": {"handlers": ["null"], "level": "WARNING"},
+}
+BASE_DIR = Path(__file__).resolve().parent.parent
