@@ -5,6 +5,7 @@ Each one says why it exists; callers never branch on ``connection.vendor`` thems
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.db import connections, models
@@ -59,7 +60,7 @@ def serialize_claims(conn: BaseDatabaseWrapper) -> None:
 
     with conn.cursor() as cursor:
         table = conn.ops.quote_name(Topic._meta.db_table)
-        cursor.execute(f"UPDATE {table} SET paused = paused WHERE 1 = 0")  # noqa: S608
+        cursor.execute(f"UPDATE {table} SET paused = paused WHERE 1 = 0")
 
 
 def can_return_rows_from_bulk_insert(conn: BaseDatabaseWrapper) -> bool:
@@ -81,7 +82,7 @@ class PendingIndex(models.Index):
         super().__init__(fields=fields, name=name)
         self.state_value = state_value
 
-    def deconstruct(self) -> tuple[str, tuple[Any, ...], dict[str, Any]]:
+    def deconstruct(self) -> tuple[str, Sequence[Any], dict[str, Any]]:
         path, args, kwargs = super().deconstruct()
         kwargs["state_value"] = self.state_value
         return path, args, kwargs

@@ -157,6 +157,8 @@ class Decision:
         return cls(Result.SUCCESS, message)
 
     @classmethod
-    def failure(cls, exception: BaseException | None = None, message: str | None = None) -> Decision:
+    def failure(
+        cls, exception: BaseException | None = None, message: str | None = None
+    ) -> Decision:
         """Shortcut for ``Decision(Result.FAILURE, message, exception)``."""
         return cls(Result.FAILURE, message, exception)

@@ -70,7 +70,9 @@ class TaskQuerySet(models.QuerySet["Task"]):
 
     def due(self) -> TaskQuerySet:
         """Pending tasks whose ``execute_at`` is unset or not in the future (database clock)."""
-        return self.pending().filter(models.Q(execute_at__isnull=True) | models.Q(execute_at__lte=Now()))
+        return self.pending().filter(
+            models.Q(execute_at__isnull=True) | models.Q(execute_at__lte=Now())
+        )
 
     def in_flight(self) -> TaskQuerySet:
         """Tasks held by an owner or an external executor."""
@@ -94,7 +96,11 @@ class Task(models.Model):
 
     sequence = models.BigAutoField(_("sequence"), primary_key=True)
     topic = models.ForeignKey(
-        Topic, on_delete=models.PROTECT, related_name="tasks", db_index=False, verbose_name=_("topic")
+        Topic,
+        on_delete=models.PROTECT,
+        related_name="tasks",
+        db_index=False,
+        verbose_name=_("topic"),
     )
     identifier = models.CharField(_("identifier"), max_length=255)
     payload = models.JSONField(_("payload"), null=True, blank=True)
@@ -122,8 +128,9 @@ class Task(models.Model):
         help_text=_("Fresh for every claim; completing must quote it (fencing)."),
     )
     attempts = models.PositiveIntegerField(_("attempts"), default=0)
-    message = models.TextField(_("message"), null=True, blank=True)
-    error = models.TextField(_("error"), null=True, blank=True)
+    # None means "no message", distinct from an empty message: null=True on purpose.
+    message = models.TextField(_("message"), null=True, blank=True)  # noqa: DJ001
+    error = models.TextField(_("error"), null=True, blank=True)  # noqa: DJ001
     created_at = models.DateTimeField(_("created at"), db_default=Now())
     started_at = models.DateTimeField(_("started at"), null=True, blank=True)
     finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)

@@ -36,7 +36,9 @@ def _older_than(bound: timedelta) -> models.Q:
     return models.Q(heartbeat__lt=cutoff)
 
 
-def register_owner(name: str | None = None, *, host: str | None = None, pid: int | None = None) -> Owner:
+def register_owner(
+    name: str | None = None, *, host: str | None = None, pid: int | None = None
+) -> Owner:
     """Register a node as an owner and return it.
 
     ``name`` (the node id) must be unique among live owners; a dead owner (heartbeat
@@ -46,7 +48,9 @@ def register_owner(name: str | None = None, *, host: str | None = None, pid: int
     """
     name = name or default_owner_name()
     if not isinstance(name, str) or not 0 < len(name) <= 200:
-        raise InvalidArgumentError(f"owner name must be a str of 1 to 200 characters, not {name!r}.")
+        raise InvalidArgumentError(
+            f"owner name must be a str of 1 to 200 characters, not {name!r}."
+        )
     fields = {"host": host if host is not None else socket.gethostname(), "pid": pid or os.getpid()}
     using = db.alias()
     try:
@@ -54,7 +58,9 @@ def register_owner(name: str | None = None, *, host: str | None = None, pid: int
             return Owner.objects.using(using).create(name=name, **fields)
     except IntegrityError:
         pass
-    stale = Owner.objects.using(using).filter(_older_than(app_settings.liveness_interval), name=name)
+    stale = Owner.objects.using(using).filter(
+        _older_than(app_settings.liveness_interval), name=name
+    )
     with transaction.atomic(using=using):
         ids = list(stale.select_for_update().values_list("pk", flat=True))
         if not ids:
@@ -102,7 +108,9 @@ def _expire_owner_ids(ids: list[int], using: str) -> list[Task]:
     """Return the in-flight tasks of owners ``ids`` to PENDING and delete the owners."""
     conn = db.connection()
     held = Task.objects.using(using).filter(owner_id__in=ids, state__in=IN_FLIGHT)
-    tasks = list(held.select_for_update(**db.lock_kwargs(conn, skip_locked=False)).order_by("sequence"))
+    tasks = list(
+        held.select_for_update(**db.lock_kwargs(conn, skip_locked=False)).order_by("sequence")
+    )
     if tasks:
         Task.objects.using(using).filter(pk__in=[t.pk for t in tasks]).update(
             state=TaskState.PENDING, owner=None, exec_id=None

@@ -184,8 +184,14 @@ def _check_payload(payload: object) -> None:
 
 
 def _check_priority(priority: object) -> int:
-    if not isinstance(priority, int) or isinstance(priority, bool) or priority not in _PRIORITY_RANGE:
-        raise InvalidArgumentError(f"priority must be an int from -32768 to 32767, not {priority!r}.")
+    if (
+        not isinstance(priority, int)
+        or isinstance(priority, bool)
+        or priority not in _PRIORITY_RANGE
+    ):
+        raise InvalidArgumentError(
+            f"priority must be an int from -32768 to 32767, not {priority!r}."
+        )
     return priority
 
 
@@ -232,7 +238,13 @@ def push(
     :class:`Insertion`); ``priority`` (higher first) and ``execute_at`` (not polled
     before) shape when it runs. ``payload`` must be JSON-serializable.
     """
-    return push_many(topic, [(identifier, payload)], insertion=insertion, priority=priority, execute_at=execute_at)[0]
+    return push_many(
+        topic,
+        [(identifier, payload)],
+        insertion=insertion,
+        priority=priority,
+        execute_at=execute_at,
+    )[0]
 
 
 def push_many(
@@ -256,7 +268,9 @@ def push_many(
     batch = []
     for item in items:
         if not isinstance(item, tuple | list) or len(item) != 2:
-            raise InvalidArgumentError(f"push_many items must be (identifier, payload) pairs, not {item!r}.")
+            raise InvalidArgumentError(
+                f"push_many items must be (identifier, payload) pairs, not {item!r}."
+            )
         identifier, payload = item
         _check_identifier(identifier)
         _check_payload(payload)
@@ -290,9 +304,13 @@ def push_many(
 
 def _apply_insertion(topic: str, identifiers: list[str], insertion: Insertion, using: str) -> None:
     for start in range(0, len(identifiers), 500):
-        existing = Task.objects.using(using).filter(topic_id=topic, identifier__in=identifiers[start : start + 500])
+        existing = Task.objects.using(using).filter(
+            topic_id=topic, identifier__in=identifiers[start : start + 500]
+        )
         if insertion is Insertion.REPLACE:
-            existing.not_completed().update(state=TaskState.REDUNDANT, finished_at=timezone.now(), owner=None)
+            existing.not_completed().update(
+                state=TaskState.REDUNDANT, finished_at=timezone.now(), owner=None
+            )
         elif insertion is Insertion.SUPERSEDE:
             existing.pending().update(state=TaskState.REDUNDANT, finished_at=timezone.now())
         else:
@@ -313,7 +331,9 @@ def _insert(tasks: list[Task], using: str) -> list[Task]:
 
 def _apply_condition(qs: models.QuerySet[Task], condition: Condition) -> models.QuerySet[Task]:
     earlier = Task.objects.filter(
-        topic_id=OuterRef("topic_id"), identifier=OuterRef("identifier"), sequence__lt=OuterRef("sequence")
+        topic_id=OuterRef("topic_id"),
+        identifier=OuterRef("identifier"),
+        sequence__lt=OuterRef("sequence"),
     )
     qs = qs.filter(~Exists(earlier.filter(state__lt=COMPLETED_MIN)))
     if condition is Condition.SINGULAR_BY_IDENTIFIER:
@@ -347,18 +367,22 @@ def poll(
     pollers never claim the same task twice.
     """
     if not isinstance(limit, int) or isinstance(limit, bool) or not 0 < limit <= MAX_POLL_LIMIT:
-        raise InvalidArgumentError(f"limit must be an int from 1 to {MAX_POLL_LIMIT}, not {limit!r}.")
+        raise InvalidArgumentError(
+            f"limit must be an int from 1 to {MAX_POLL_LIMIT}, not {limit!r}."
+        )
     order = Order.coerce(order, "order")
     condition = None if condition is None else Condition.coerce(condition, "condition")
     if owner is not None and not isinstance(owner, Owner):
-        raise InvalidArgumentError(f"owner must be an Owner (see queue.register_owner), not {owner!r}.")
+        raise InvalidArgumentError(
+            f"owner must be an Owner (see queue.register_owner), not {owner!r}."
+        )
     name = _topic_name(topic)
     using, conn = db.alias(), db.connection()
     with transaction.atomic(using=using):
         db.serialize_claims(conn)
         if owner is not None and not heartbeat(owner):
             raise OwnerExpiredError(f"Owner {owner.name!r} was declared dead; register again.")
-        qs = Task.objects.using(using).for_topic(name).due()
+        qs: models.QuerySet[Task] = Task.objects.using(using).for_topic(name).due()
         if condition is not None:
             qs = _apply_condition(qs, condition)
         sequence = "sequence" if order is Order.FIFO else "-sequence"
@@ -376,7 +400,12 @@ def poll(
             finished_at=None,
         )
     for task in tasks:
-        task.state, task.owner, task.exec_id, task.started_at = TaskState.ACTIVE, owner, exec_id, now
+        task.state, task.owner, task.exec_id, task.started_at = (
+            TaskState.ACTIVE,
+            owner,
+            exec_id,
+            now,
+        )
         task.attempts += 1
         task.finished_at = None
     return tasks
@@ -389,7 +418,9 @@ def _claim_lost(task: Task, action: str) -> TaskStateError:
     """Explain why ``task`` (as the caller knows it) cannot be completed or released now."""
     current = Task.objects.using(db.alias()).filter(pk=task.pk).values("state", "exec_id").first()
     if current is None:
-        return TaskStateError(f"Cannot {action} task #{task.pk}: it was deleted (purged or replaced).")
+        return TaskStateError(
+            f"Cannot {action} task #{task.pk}: it was deleted (purged or replaced)."
+        )
     state = TaskState(current["state"])
     if state is TaskState.REDUNDANT:
         return TaskRedundantError(
@@ -432,7 +463,9 @@ def complete(task: Task, decision: Decision | Result | str) -> Task:
     }
     using = db.alias()
     with transaction.atomic(using=using):
-        held = Task.objects.using(using).filter(pk=task.pk, state=TaskState.ACTIVE, exec_id=task.exec_id)
+        held = Task.objects.using(using).filter(
+            pk=task.pk, state=TaskState.ACTIVE, exec_id=task.exec_id
+        )
         if held.update(**changes) != 1:
             raise _claim_lost(task, "complete")
     for field, value in changes.items():
@@ -440,7 +473,9 @@ def complete(task: Task, decision: Decision | Result | str) -> Task:
     return task
 
 
-def release(task: Task, *, execute_at: datetime | None = None, refund_attempt: bool = False) -> Task:
+def release(
+    task: Task, *, execute_at: datetime | None = None, refund_attempt: bool = False
+) -> Task:
     """Give an ACTIVE task back to the queue (PENDING), optionally not before ``execute_at``.
 
     Used for retries (with a delay) and by a stopping node for work it did not
@@ -458,7 +493,9 @@ def release(task: Task, *, execute_at: datetime | None = None, refund_attempt: b
         changes["attempts"] = max(task.attempts - 1, 0)
     using = db.alias()
     with transaction.atomic(using=using):
-        held = Task.objects.using(using).filter(pk=task.pk, state=TaskState.ACTIVE, exec_id=task.exec_id)
+        held = Task.objects.using(using).filter(
+            pk=task.pk, state=TaskState.ACTIVE, exec_id=task.exec_id
+        )
         if held.update(**changes) != 1:
             raise _claim_lost(task, "release")
     for field, value in changes.items():
@@ -469,7 +506,12 @@ def release(task: Task, *, execute_at: datetime | None = None, refund_attempt: b
 def cancel(task: Task, message: str | None = None) -> Task:
     """Cancel a task that is not completed yet (CANCELED). A running consumer's completion is then refused."""
     task = _check_task(task)
-    changes = {"state": TaskState.CANCELED, "finished_at": timezone.now(), "owner": None, "message": message}
+    changes = {
+        "state": TaskState.CANCELED,
+        "finished_at": timezone.now(),
+        "owner": None,
+        "message": message,
+    }
     if Task.objects.using(db.alias()).filter(pk=task.pk).not_completed().update(**changes) != 1:
         raise _state_error(task, "cancel", "not completed (PENDING, REQUESTED or ACTIVE)")
     for field, value in changes.items():
@@ -481,7 +523,9 @@ def cancel(task: Task, message: str | None = None) -> Task:
 
 
 def _state_error(task: Task, action: str, accepted: str) -> TaskStateError:
-    state = Task.objects.using(db.alias()).filter(pk=task.pk).values_list("state", flat=True).first()
+    state = (
+        Task.objects.using(db.alias()).filter(pk=task.pk).values_list("state", flat=True).first()
+    )
     if state is None:
         return TaskStateError(f"Cannot {action} task #{task.pk}: it was deleted.")
     return TaskStateError(
@@ -520,7 +564,9 @@ def recreate(task: Task) -> Task:
     task = _check_task(task)
     using = db.alias()
     with transaction.atomic(using=using):
-        original = Task.objects.using(using).filter(pk=task.pk).completed().select_for_update().first()
+        original = (
+            Task.objects.using(using).filter(pk=task.pk).completed().select_for_update().first()
+        )
         if original is None:
             raise _state_error(task, "recreate", "completed")
         copy = Task(
@@ -546,7 +592,12 @@ def purge(topic: TopicRef, below: int) -> int:
     if not isinstance(below, int) or isinstance(below, bool):
         raise InvalidArgumentError(f"below must be an int (a sequence), not {below!r}.")
     name = _topic_name(topic)
-    doomed = Task.objects.using(db.alias()).for_topic(name).filter(sequence__lt=below).exclude(state__in=IN_FLIGHT)
+    doomed = (
+        Task.objects.using(db.alias())
+        .for_topic(name)
+        .filter(sequence__lt=below)
+        .exclude(state__in=IN_FLIGHT)
+    )
     deleted, _ = doomed.delete()
     return deleted
 
@@ -558,7 +609,7 @@ def resolve(topic: TopicRef, when: datetime) -> int:
     ``purge(topic, resolve(topic, when))`` removes everything created up to ``when``.
     """
     name = _topic_name(topic)
-    when = _check_when(when, "when", optional=False)
+    _check_when(when, "when", optional=False)
     tasks = Task.objects.using(db.alias())
     first = tasks.for_topic(name).filter(created_at__gt=when).aggregate(m=Min("sequence"))["m"]
     if first is not None:
@@ -579,7 +630,9 @@ def count(
     """
     for argument, value in (("start", start), ("end", end)):
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-            raise InvalidArgumentError(f"{argument} must be an int (a sequence) or None, not {value!r}.")
+            raise InvalidArgumentError(
+                f"{argument} must be an int (a sequence) or None, not {value!r}."
+            )
     qs = Task.objects.using(db.alias()).for_topic(_topic_name(topic))
     if start is not None:
         qs = qs.filter(sequence__gte=start)
@@ -602,7 +655,9 @@ def junction(
     """
     mode = Junction.coerce(junction, "junction")
     if isinstance(identifiers, str) or not identifiers:
-        raise InvalidArgumentError(f"identifiers must be a non-empty list of str, not {identifiers!r}.")
+        raise InvalidArgumentError(
+            f"identifiers must be a non-empty list of str, not {identifiers!r}."
+        )
     wanted = {_check_identifier(identifier) for identifier in identifiers}
     name = _topic_name(topic)
     using, conn = db.alias(), db.connection()
@@ -610,10 +665,15 @@ def junction(
         db.serialize_claims(conn)
         tasks = Task.objects.using(using).for_topic(name)
         latest_ids = (
-            tasks.filter(identifier__in=wanted).values("identifier").annotate(m=Max("sequence")).values_list("m", flat=True)
+            tasks.filter(identifier__in=wanted)
+            .values("identifier")
+            .annotate(m=Max("sequence"))
+            .values_list("m", flat=True)
         )
         latest = list(
-            tasks.filter(pk__in=list(latest_ids)).select_for_update(**db.lock_kwargs(conn, skip_locked=False))
+            tasks.filter(pk__in=list(latest_ids)).select_for_update(
+                **db.lock_kwargs(conn, skip_locked=False)
+            )
         )
         if {t.identifier for t in latest} != wanted:
             return []

@@ -12,6 +12,7 @@ sharing a test database.
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -22,17 +23,24 @@ env = environ.Env()
 SUFFIX = env.str("TEST_DB_SUFFIX", default="")
 _sqlite_file = Path(tempfile.gettempdir()) / f"tasks_coord{SUFFIX}.sqlite3"
 
-DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{_sqlite_file}")}
+DATABASES = {
+    "default": env.db_url_config(os.environ.get("DATABASE_URL") or f"sqlite:///{_sqlite_file}")
+}
 _db = DATABASES["default"]
-if _db["ENGINE"] == "django.db.backends.sqlite3":
+if "TASKS_COORD_TEST_DB" in os.environ:
+    # Set by tests for the subprocesses they start: the exact test database of the parent.
+    DATABASES["default"] = _db = json.loads(os.environ["TASKS_COORD_TEST_DB"])
+elif _db["ENGINE"] == "django.db.backends.sqlite3":
     # A file, not :memory:, so that subprocesses of multi-process tests share it.
     _db["TEST"] = {"NAME": str(_sqlite_file.with_name(f"test_tasks_coord{SUFFIX}.sqlite3"))}
     _db.setdefault("OPTIONS", {}).setdefault("timeout", 30)
 else:
     _db["TEST"] = {"NAME": f"test_{_db['NAME']}{SUFFIX}"}
 if _db["ENGINE"] == "django.db.backends.mysql":
-    _db.setdefault("OPTIONS", {}).update({"charset": "utf8mb4", "isolation_level": "read committed"})
-    _db["TEST"].update({"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_bin"})
+    _db.setdefault("OPTIONS", {}).update(
+        {"charset": "utf8mb4", "isolation_level": "read committed"}
+    )
+    _db.setdefault("TEST", {}).update({"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_bin"})
 
 SECRET_KEY = "tests-only-not-secret"
 DEBUG = False

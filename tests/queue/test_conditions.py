@@ -55,7 +55,11 @@ def test_without_condition_identifiers_do_not_block(topic):
 def test_what_an_earlier_completed_task_allows(topic, result, singular, on_failure, until_success):
     queue.push_many(topic, [("a", 1), ("a", 2)])
     run_first(topic, result)
-    for condition, expected in ((SINGULAR, singular), (ON_FAILURE, on_failure), (UNTIL_SUCCESS, until_success)):
+    for condition, expected in (
+        (SINGULAR, singular),
+        (ON_FAILURE, on_failure),
+        (UNTIL_SUCCESS, until_success),
+    ):
         tasks = queue.poll(topic, 10, condition=condition)
         assert bool(tasks) is expected, condition
         for task in tasks:  # give it back so the next condition sees the same queue

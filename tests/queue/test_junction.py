@@ -50,7 +50,9 @@ def test_junction_ignores_other_identifiers(topic):
     assert Task.objects.get(identifier="c").state == TaskState.SUSPENDED
 
 
-@pytest.mark.parametrize(("identifiers", "mode"), [([], "singular"), ("ab", "singular"), (["a"], "sometimes")])
+@pytest.mark.parametrize(
+    ("identifiers", "mode"), [([], "singular"), ("ab", "singular"), (["a"], "sometimes")]
+)
 def test_bad_junction_arguments(topic, identifiers, mode):
     with pytest.raises(InvalidArgumentError):
         queue.junction(topic, identifiers, mode)

@@ -62,7 +62,9 @@ def test_resolve_uses_the_database_clock(topic):
     task = queue.push(topic, "x")
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT CURRENT_TIMESTAMP" if connection.vendor != "sqlite" else "SELECT datetime('now')"
+            "SELECT CURRENT_TIMESTAMP"
+            if connection.vendor != "sqlite"
+            else "SELECT datetime('now')"
         )
     assert abs(task.created_at - timezone.now()) < timedelta(minutes=1)
 
@@ -84,7 +86,12 @@ def test_count_with_ranges(topic):
 def test_count_latest_per_identifier(topic):
     tasks = queue.push_many(topic, [("a", 1), ("a", 2), ("b", 1), ("c", 1), ("c", 2)])
     assert queue.count(topic, latest_per_identifier=True) == 3
-    assert queue.count(topic, start=tasks[1].sequence, end=tasks[3].sequence, latest_per_identifier=True) == 2
+    assert (
+        queue.count(
+            topic, start=tasks[1].sequence, end=tasks[3].sequence, latest_per_identifier=True
+        )
+        == 2
+    )
 
 
 def test_count_ignores_other_topics(topic):
@@ -102,9 +109,16 @@ def test_completed_states_are_one_range():
     values = sorted(s.value for s in TaskState.completed_states())
     assert values == list(range(values[0], values[-1] + 1))
     assert {s.name for s in TaskState.completed_states()} == {
-        "SUCCEEDED", "SUSPENDED", "FILTERED", "FAILED", "CANCELED", "REDUNDANT"
+        "SUCCEEDED",
+        "SUSPENDED",
+        "FILTERED",
+        "FAILED",
+        "CANCELED",
+        "REDUNDANT",
     }
-    assert all(s.value < values[0] for s in (TaskState.PENDING, TaskState.REQUESTED, TaskState.ACTIVE))
+    assert all(
+        s.value < values[0] for s in (TaskState.PENDING, TaskState.REQUESTED, TaskState.ACTIVE)
+    )
 
 
 def test_completed_queryset_is_a_range(topic):

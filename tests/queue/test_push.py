@@ -13,12 +13,25 @@ pytestmark = pytest.mark.django_db
 
 
 def states(identifier="a"):
-    return list(Task.objects.filter(identifier=identifier).order_by("sequence").values_list("state", flat=True))
+    return list(
+        Task.objects.filter(identifier=identifier)
+        .order_by("sequence")
+        .values_list("state", flat=True)
+    )
 
 
 @pytest.mark.parametrize(
     "payload",
-    [None, "plain string", "", 0, 3.5, True, [1, "two", None], {"nested": {"list": [1, 2], "s": "é€😀"}}],
+    [
+        None,
+        "plain string",
+        "",
+        0,
+        3.5,
+        True,
+        [1, "two", None],
+        {"nested": {"list": [1, 2], "s": "é€😀"}},
+    ],
 )
 def test_payload_round_trips(topic, payload):
     task = queue.push(topic, "a", payload)
@@ -154,7 +167,9 @@ def test_bad_arguments_are_refused_with_a_clear_message(topic, kwargs, fragment)
     assert Task.objects.count() == 0
 
 
-@pytest.mark.parametrize("payload", [{1, 2}, timezone.now(), object(), float("nan"), {"x": b"bytes"}])
+@pytest.mark.parametrize(
+    "payload", [{1, 2}, timezone.now(), object(), float("nan"), {"x": b"bytes"}]
+)
 def test_non_json_payload_is_refused(topic, payload):
     with pytest.raises(PayloadError, match="JSON"):
         queue.push(topic, "a", payload)

@@ -1,0 +1,52 @@
+"""The claim indexes exist in the shape each database allows, and the claim query uses them."""
+
+import pytest
+from django.db import connection
+
+from django_tasks_coord import queue
+from django_tasks_coord.models import Task
+
+pytestmark = pytest.mark.django_db
+
+
+def index_definitions() -> dict[str, dict]:
+    with connection.cursor() as cursor:
+        return connection.introspection.get_constraints(cursor, Task._meta.db_table)
+
+
+def test_claim_indexes_exist():
+    indexes = index_definitions()
+    assert "tasks_coord_claim_fifo" in indexes
+    assert "tasks_coord_claim_lifo" in indexes
+    fifo = indexes["tasks_coord_claim_fifo"]["columns"]
+    if connection.features.supports_partial_indexes:
+        assert fifo == ["topic_id", "priority", "sequence"]
+    else:
+        assert fifo == ["topic_id", "state", "priority", "sequence"]
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL partial index")
+def test_claim_index_is_partial_on_postgresql():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'tasks_coord_claim_fifo'")
+        (definition,) = cursor.fetchone()
+    assert "WHERE (state = 10)" in definition
+    assert "priority DESC" in definition
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL planner")
+@pytest.mark.parametrize(("order", "index"), [("fifo", "claim_fifo"), ("lifo", "claim_lifo")])
+def test_the_claim_query_is_served_by_its_index(order, index):
+    queue.register_topic("jobs")
+    queue.push_many("jobs", [(f"t{i}", None) for i in range(200)])
+    sequence = "sequence" if order == "fifo" else "-sequence"
+    qs = Task.objects.for_topic("jobs").due().order_by("-priority", sequence)[:10]
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE django_tasks_coord_task")
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("SET LOCAL enable_bitmapscan = off")
+        sql, params = qs.query.sql_with_params()
+        cursor.execute(f"EXPLAIN {sql}", params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert f"tasks_coord_{index}" in plan
+    assert "Sort" not in plan  # the index gives the order
