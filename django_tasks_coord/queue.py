@@ -69,6 +69,7 @@ __all__ = [
     "Topic",
     "cancel",
     "complete",
+    "complete_many",
     "count",
     "expire",
     "heartbeat",
@@ -450,27 +451,54 @@ def complete(task: Task, decision: Decision | Result | str) -> Task:
     polled with; otherwise a :class:`TaskNotActiveError` subclass says what happened
     (already completed, made redundant, or the claim was lost to an expiry).
     """
-    task = _check_task(task)
+    return complete_many([task], decision)[0]
+
+
+class _ClaimsLost(Exception):
+    """Internal: a batch completion matched fewer rows than tasks; roll it back."""
+
+
+def complete_many(tasks: Sequence[Task], decision: Decision | Result | str) -> list[Task]:
+    """Finish several ACTIVE tasks with the same decision in one statement; return them.
+
+    All or nothing: if any task is no longer held under its claim, nothing is written
+    and the error :func:`complete` would raise for that task is raised (complete the
+    others one by one if you need to).
+    """
+    tasks = [_check_task(task) for task in tasks]
+    if not tasks:
+        return []
     if not isinstance(decision, Decision):
         decision = Decision(Result.coerce(decision, "decision"))
-    now = timezone.now()
     changes = {
         "state": decision.result.state,
         "message": decision.message,
         "error": format_exception(decision.exception),
-        "finished_at": now,
+        "finished_at": timezone.now(),
         "owner": None,
     }
+    claims: dict[uuid.UUID | None, set[int]] = {}
+    for task in tasks:
+        claims.setdefault(task.exec_id, set()).add(task.pk)
+    held = Q()
+    for exec_id, pks in claims.items():
+        held |= Q(pk__in=pks, exec_id=exec_id)
     using = db.alias()
-    with transaction.atomic(using=using):
-        held = Task.objects.using(using).filter(
-            pk=task.pk, state=TaskState.ACTIVE, exec_id=task.exec_id
-        )
-        if held.update(**changes) != 1:
-            raise _claim_lost(task, "complete")
-    for field, value in changes.items():
-        setattr(task, field, value)
-    return task
+    try:
+        with transaction.atomic(using=using):
+            rows = Task.objects.using(using).filter(held, state=TaskState.ACTIVE)
+            if rows.update(**changes) != len({task.pk for task in tasks}):
+                raise _ClaimsLost
+    except _ClaimsLost:
+        active = Task.objects.using(using).filter(state=TaskState.ACTIVE)
+        for task in tasks:
+            if not active.filter(pk=task.pk, exec_id=task.exec_id).exists():
+                raise _claim_lost(task, "complete") from None
+        raise TaskStateError("Cannot complete the batch: its tasks changed meanwhile.") from None
+    for task in tasks:
+        for field, value in changes.items():
+            setattr(task, field, value)
+    return tasks
 
 
 def release(

@@ -19,7 +19,10 @@ def test_settings_are_read_lazily_and_follow_overrides():
 
 
 def test_unknown_keys_are_refused_by_name():
-    with override_settings(TASKS_COORD={"LIVENES_INTERVAL": 5}), pytest.raises(ConfigurationError) as info:
+    with (
+        override_settings(TASKS_COORD={"LIVENES_INTERVAL": 5}),
+        pytest.raises(ConfigurationError) as info,
+    ):
         _ = app_settings.DATABASE
     assert "LIVENES_INTERVAL" in str(info.value)
     assert "LIVENESS_INTERVAL" in str(info.value)

@@ -149,3 +149,35 @@ def test_cancel(topic, active):
         queue.complete(active, Decision.success())
     with pytest.raises(TaskStateError, match="canceled"):
         queue.cancel(pending)
+
+
+def test_complete_many_in_one_go(topic):
+    queue.push_many(topic, [(f"t{i}", i) for i in range(5)])
+    first = queue.poll(topic, 3)
+    second = queue.poll(topic, 2)
+    done = queue.complete_many(first + second, Decision(Result.SUCCESS, message="batch"))
+    assert [t.state for t in done] == [TaskState.SUCCEEDED] * 5
+    assert set(Task.objects.values_list("state", "message")) == {(TaskState.SUCCEEDED, "batch")}
+    assert queue.complete_many([], Result.SUCCESS) == []
+
+
+def test_complete_many_is_all_or_nothing(topic):
+    queue.push_many(topic, [("a", None), ("b", None), ("c", None)])
+    tasks = queue.poll(topic, 3)
+    queue.complete(tasks[1], Result.FAILURE)
+    with pytest.raises(TaskAlreadyCompletedError, match=f"#{tasks[1].pk}"):
+        queue.complete_many(tasks, Result.SUCCESS)
+    states = dict(Task.objects.values_list("identifier", "state"))
+    assert states == {"a": TaskState.ACTIVE, "b": TaskState.FAILED, "c": TaskState.ACTIVE}
+    queue.complete_many([tasks[0], tasks[2], tasks[0]], Result.SUCCESS)  # duplicates are fine
+    assert Task.objects.filter(state=TaskState.SUCCEEDED).count() == 2
+
+
+def test_complete_many_refuses_a_lost_claim(topic):
+    queue.push_many(topic, [("a", None), ("b", None)])
+    tasks = queue.poll(topic, 2)
+    Task.objects.filter(pk=tasks[0].pk).update(state=TaskState.PENDING, exec_id=None)
+    queue.poll(topic)
+    with pytest.raises(StaleClaimError):
+        queue.complete_many(tasks, Result.SUCCESS)
+    assert Task.objects.get(pk=tasks[1].pk).state == TaskState.ACTIVE

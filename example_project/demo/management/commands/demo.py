@@ -34,12 +34,16 @@ class Command(BaseCommand):
         queue.push(TOPIC, "erin", {"subject": "Contract", "wait_for_approval": True})
         queue.push(TOPIC, "frank", {"subject": "Contract", "wait_for_approval": True})
         queue.push(TOPIC, "urgent", {"subject": "Password reset"}, priority=10)
-        self.step("Pushed 9 tasks (bob's Draft 1 is superseded by Draft 2; 'urgent' has priority 10).")
+        self.step(
+            "Pushed 9 tasks (bob's Draft 1 is superseded by Draft 2; 'urgent' has priority 10)."
+        )
         self.table()
 
         self.step("Processing in batches of 3, one task per identifier at a time:")
         rounds = 0
-        while tasks := queue.poll(TOPIC, 3, condition=Condition.SINGULAR_BY_IDENTIFIER, owner=owner):
+        while tasks := queue.poll(
+            TOPIC, 3, condition=Condition.SINGULAR_BY_IDENTIFIER, owner=owner
+        ):
             rounds += 1
             for task in tasks:
                 decision = send_email(task)
@@ -53,10 +57,16 @@ class Command(BaseCommand):
         copy = queue.recreate(failed)
         copy.payload = {"subject": "Hello (retry)"}
         copy.save(update_fields=["payload"])
-        self.step(f"Recreated carol's failed task as #{copy.sequence} (recreated={copy.recreated}).")
+        self.step(
+            f"Recreated carol's failed task as #{copy.sequence} (recreated={copy.recreated})."
+        )
         started = queue.junction(TOPIC, ["erin", "frank"], Junction.SINGULAR)
-        self.step(f"Junction started the suspended tasks of {[t.identifier for t in started]} together.")
-        Task.objects.filter(pk__in=[t.pk for t in started]).update(payload={"subject": "Contract (approved)"})
+        self.step(
+            f"Junction started the suspended tasks of {[t.identifier for t in started]} together."
+        )
+        Task.objects.filter(pk__in=[t.pk for t in started]).update(
+            payload={"subject": "Contract (approved)"}
+        )
         for task in queue.poll(TOPIC, 10, owner=owner):
             queue.complete(task, send_email(task))
         self.table()
