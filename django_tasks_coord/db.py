@@ -63,6 +63,22 @@ def serialize_claims(conn: BaseDatabaseWrapper) -> None:
         cursor.execute(f"UPDATE {table} SET paused = paused WHERE 1 = 0")
 
 
+#: The PostgreSQL channel on which new or newly due work is announced; the payload is the topic.
+NOTIFY_CHANNEL = "tasks_coord"
+
+
+def notify(conn: BaseDatabaseWrapper, topic: str) -> None:
+    """Wake sleeping nodes on PostgreSQL: ``NOTIFY`` travels with the transaction.
+
+    PostgreSQL delivers the notification when (and only if) the surrounding
+    transaction commits, so a node never wakes for a push that was rolled back.
+    Other databases have no such channel; their nodes poll (a no-op there).
+    """
+    if conn.vendor == "postgresql":
+        with conn.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, topic])
+
+
 def can_return_rows_from_bulk_insert(conn: BaseDatabaseWrapper) -> bool:
     """Whether ``bulk_create`` sets primary keys (PostgreSQL, MariaDB, SQLite: yes; MySQL 8: no)."""
     return bool(conn.features.can_return_rows_from_bulk_insert)

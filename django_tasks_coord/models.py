@@ -23,6 +23,12 @@ class Topic(models.Model):
     paused = models.BooleanField(
         _("paused"), default=False, help_text=_("Paused topics are not processed by any node.")
     )
+    consecutive_failures = models.PositiveIntegerField(
+        _("consecutive failures"),
+        default=0,
+        db_default=0,  # database defaults on added columns keep rolling upgrades safe
+        help_text=_("Tasks failed for good in a row; reset by the next success."),
+    )
     created_at = models.DateTimeField(_("created at"), db_default=Now())
 
     class Meta:
@@ -104,6 +110,14 @@ class Task(models.Model):
     )
     identifier = models.CharField(_("identifier"), max_length=255)
     payload = models.JSONField(_("payload"), null=True, blank=True)
+    handler = models.CharField(
+        _("handler"),
+        max_length=255,
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_("Dotted path of the callable that runs it; empty: the topic's consumer."),
+    )
     state = models.PositiveSmallIntegerField(
         _("state"), choices=TaskState.choices, default=TaskState.PENDING
     )
@@ -160,6 +174,12 @@ class Task(models.Model):
             PendingIndex(
                 fields=["topic", "-priority", "-sequence"],
                 name="tasks_coord_claim_lifo",
+                state_value=TaskState.PENDING,
+            ),
+            # A sleeping node's "when is the next task due?".
+            PendingIndex(
+                fields=["topic", "execute_at"],
+                name="tasks_coord_due",
                 state_value=TaskState.PENDING,
             ),
             # Insertion modes, poll conditions, junctions: one identifier's history in order.

@@ -19,8 +19,6 @@ otherwise: nothing is ever half-written, and a push inside a rolled-back
 from __future__ import annotations
 
 import json
-import threading
-import time
 import traceback
 import uuid
 from collections.abc import Iterable, Sequence
@@ -52,10 +50,16 @@ from django_tasks_coord.exceptions import (
     TaskNotActiveError,
     TaskRedundantError,
     TaskStateError,
-    UnknownTopicError,
 )
 from django_tasks_coord.models import Owner, Task, Topic
 from django_tasks_coord.owners import expire, heartbeat, register_owner, unregister_owner
+from django_tasks_coord.topics import (
+    known_topics,
+    pause_topic,
+    register_topic,
+    resume_topic,
+)
+from django_tasks_coord.topics import topic_name as _topic_name
 
 __all__ = [
     "Condition",
@@ -74,6 +78,8 @@ __all__ = [
     "expire",
     "heartbeat",
     "junction",
+    "known_topics",
+    "pause_topic",
     "poll",
     "purge",
     "push",
@@ -84,6 +90,7 @@ __all__ = [
     "release",
     "reset",
     "resolve",
+    "resume_topic",
     "unregister_owner",
 ]
 
@@ -92,75 +99,6 @@ MAX_POLL_LIMIT = 10_000
 _PRIORITY_RANGE = range(-32768, 32768)
 #: Earlier tasks in these states never block a poll condition.
 _NON_BLOCKING = (TaskState.FILTERED, TaskState.CANCELED, TaskState.REDUNDANT)
-
-
-# --- topics ---------------------------------------------------------------------------------
-
-
-class _KnownTopics:
-    """Names of topics seen to exist, remembered for a short while to spare a query per push.
-
-    A topic is rarely deleted (it is PROTECTed while it has tasks); an entry expires
-    after ``ttl`` seconds and is dropped at once when this process deletes the topic.
-    """
-
-    ttl = 60.0
-
-    def __init__(self) -> None:
-        self._seen: dict[str, float] = {}
-        self._lock = threading.Lock()
-
-    def __contains__(self, name: str) -> bool:
-        seen = self._seen.get(name)
-        return seen is not None and time.monotonic() - seen < self.ttl
-
-    def add(self, name: str) -> None:
-        with self._lock:
-            self._seen[name] = time.monotonic()
-
-    def discard(self, name: str) -> None:
-        with self._lock:
-            self._seen.pop(name, None)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._seen.clear()
-
-
-known_topics = _KnownTopics()
-
-
-def _validate_topic_name(name: object) -> str:
-    if not isinstance(name, str) or not 0 < len(name) <= 100 or name != name.strip():
-        raise InvalidArgumentError(
-            f"A topic name must be a non-empty str of at most 100 characters without "
-            f"surrounding spaces, not {name!r}."
-        )
-    return name
-
-
-def _topic_name(topic: object) -> str:
-    """Validate a topic reference and return its name; raise if it is not registered."""
-    name = topic.name if isinstance(topic, Topic) else _validate_topic_name(topic)
-    if name in known_topics:
-        return name
-    if Topic.objects.using(db.alias()).filter(name=name).exists():
-        known_topics.add(name)
-        return name
-    registered = list(Topic.objects.using(db.alias()).values_list("name", flat=True)[:50])
-    raise UnknownTopicError(
-        f"Topic {name!r} is not registered. Registered topics: "
-        f"{', '.join(map(repr, registered)) or 'none'}. "
-        f"Register it with queue.register_topic({name!r})."
-    )
-
-
-def register_topic(name: str) -> Topic:
-    """Register a topic (idempotent) and return it. Tasks can only use registered topics."""
-    name = _validate_topic_name(name)
-    topic, _ = Topic.objects.using(db.alias()).get_or_create(name=name)
-    known_topics.add(name)
-    return topic
 
 
 # --- validation helpers ---------------------------------------------------------------------
@@ -208,6 +146,15 @@ def _check_when(value: object, argument: str, *, optional: bool = True) -> datet
     return value
 
 
+def _check_handler(handler: object) -> str:
+    if not isinstance(handler, str) or len(handler) > 255 or (handler and "." not in handler):
+        raise InvalidArgumentError(
+            f"handler must be the dotted path of a module-level callable "
+            f"(e.g. 'myapp.jobs.send_email') or '', not {handler!r}."
+        )
+    return handler
+
+
 def _check_task(task: object) -> Task:
     if not isinstance(task, Task) or task.pk is None:
         raise InvalidArgumentError(f"Expected a saved Task, not {task!r}.")
@@ -232,12 +179,15 @@ def push(
     insertion: Insertion | str = Insertion.APPEND,
     priority: int = 0,
     execute_at: datetime | None = None,
+    handler: str = "",
 ) -> Task:
     """Add a task to ``topic`` and return it (with its ``sequence``).
 
     ``insertion`` decides what happens to existing tasks of ``identifier`` (see
     :class:`Insertion`); ``priority`` (higher first) and ``execute_at`` (not polled
-    before) shape when it runs. ``payload`` must be JSON-serializable.
+    before) shape when it runs. ``payload`` must be JSON-serializable. ``handler``
+    optionally names the callable that runs it (a dotted path); by default the
+    topic's consumer does (see :mod:`django_tasks_coord.handlers`).
     """
     return push_many(
         topic,
@@ -245,6 +195,7 @@ def push(
         insertion=insertion,
         priority=priority,
         execute_at=execute_at,
+        handler=handler,
     )[0]
 
 
@@ -255,6 +206,7 @@ def push_many(
     insertion: Insertion | str = Insertion.APPEND,
     priority: int = 0,
     execute_at: datetime | None = None,
+    handler: str = "",
 ) -> list[Task]:
     """Add several ``(identifier, payload)`` tasks in one transaction; return them in order.
 
@@ -266,6 +218,7 @@ def push_many(
     insertion = Insertion.coerce(insertion, "insertion")
     priority = _check_priority(priority)
     execute_at = _check_when(execute_at, "execute_at")
+    handler = _check_handler(handler)
     batch = []
     for item in items:
         if not isinstance(item, tuple | list) or len(item) != 2:
@@ -292,6 +245,7 @@ def push_many(
                 payload=payload,
                 priority=priority,
                 execute_at=execute_at,
+                handler=handler,
                 state=TaskState.REDUNDANT if superseded else TaskState.PENDING,
                 finished_at=timezone.now() if superseded else None,
             )
@@ -300,7 +254,9 @@ def push_many(
     with transaction.atomic(using=using):
         if insertion is not Insertion.APPEND:
             _apply_insertion(name, list(last_index), insertion, using)
-        return _insert(tasks, using)
+        created = _insert(tasks, using)
+        db.notify(db.connection(), name)
+        return created
 
 
 def _apply_insertion(topic: str, identifiers: list[str], insertion: Insertion, using: str) -> None:
@@ -502,12 +458,17 @@ def complete_many(tasks: Sequence[Task], decision: Decision | Result | str) -> l
 
 
 def release(
-    task: Task, *, execute_at: datetime | None = None, refund_attempt: bool = False
+    task: Task,
+    *,
+    execute_at: datetime | None = None,
+    refund_attempt: bool = False,
+    decision: Decision | None = None,
 ) -> Task:
     """Give an ACTIVE task back to the queue (PENDING), optionally not before ``execute_at``.
 
-    Used for retries (with a delay) and by a stopping node for work it did not
-    start; ``refund_attempt`` undoes the attempt counted when it was polled.
+    Used for retries (with a delay; ``decision`` keeps the failed attempt's message
+    and error on the task) and by a stopping node for work it did not start
+    (``refund_attempt`` undoes the attempt counted when it was polled).
     """
     task = _check_task(task)
     execute_at = _check_when(execute_at, "execute_at")
@@ -517,6 +478,9 @@ def release(
         "exec_id": None,
         "execute_at": execute_at,
     }
+    if decision is not None:
+        changes["message"] = decision.message
+        changes["error"] = format_exception(decision.exception)
     if refund_attempt:
         changes["attempts"] = max(task.attempts - 1, 0)
     using = db.alias()
@@ -526,6 +490,7 @@ def release(
         )
         if held.update(**changes) != 1:
             raise _claim_lost(task, "release")
+        db.notify(db.connection(), task.topic_id)
     for field, value in changes.items():
         setattr(task, field, value)
     return task

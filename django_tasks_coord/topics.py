@@ -1,0 +1,125 @@
+"""Topics: registering them, pausing and resuming them, and their failure streaks.
+
+Re-exported by :mod:`django_tasks_coord.queue` (``queue.register_topic``...).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from django.db.models import F
+from django.db.models.signals import post_delete
+from django.dispatch import receiver
+
+from django_tasks_coord import db
+from django_tasks_coord.exceptions import InvalidArgumentError, UnknownTopicError
+from django_tasks_coord.models import Topic
+
+logger = logging.getLogger(__name__)
+
+
+class _KnownTopics:
+    """Names of topics seen to exist, remembered for a short while to spare a query per push.
+
+    A topic is rarely deleted (it is PROTECTed while it has tasks); an entry expires
+    after ``ttl`` seconds and is dropped at once when this process deletes the topic.
+    """
+
+    ttl = 60.0
+
+    def __init__(self) -> None:
+        self._seen: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def __contains__(self, name: str) -> bool:
+        seen = self._seen.get(name)
+        return seen is not None and time.monotonic() - seen < self.ttl
+
+    def add(self, name: str) -> None:
+        with self._lock:
+            self._seen[name] = time.monotonic()
+
+    def discard(self, name: str) -> None:
+        with self._lock:
+            self._seen.pop(name, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._seen.clear()
+
+
+known_topics = _KnownTopics()
+
+
+@receiver(post_delete, sender=Topic)
+def _forget_deleted_topic(sender: type[Topic], instance: Topic, **kwargs: Any) -> None:
+    known_topics.discard(instance.name)
+
+
+def validate_topic_name(name: object) -> str:
+    if not isinstance(name, str) or not 0 < len(name) <= 100 or name != name.strip():
+        raise InvalidArgumentError(
+            f"A topic name must be a non-empty str of at most 100 characters without "
+            f"surrounding spaces, not {name!r}."
+        )
+    return name
+
+
+def topic_name(topic: object) -> str:
+    """Validate a topic reference and return its name; raise if it is not registered."""
+    name = topic.name if isinstance(topic, Topic) else validate_topic_name(topic)
+    if name in known_topics:
+        return name
+    if Topic.objects.using(db.alias()).filter(name=name).exists():
+        known_topics.add(name)
+        return name
+    registered = list(Topic.objects.using(db.alias()).values_list("name", flat=True)[:50])
+    raise UnknownTopicError(
+        f"Topic {name!r} is not registered. Registered topics: "
+        f"{', '.join(map(repr, registered)) or 'none'}. "
+        f"Register it with queue.register_topic({name!r})."
+    )
+
+
+def register_topic(name: str) -> Topic:
+    """Register a topic (idempotent) and return it. Tasks can only use registered topics."""
+    name = validate_topic_name(name)
+    topic, _ = Topic.objects.using(db.alias()).get_or_create(name=name)
+    known_topics.add(name)
+    return topic
+
+
+def pause_topic(topic: str | Topic) -> bool:
+    """Pause a topic: no node claims its tasks (within one poll interval). True if it was running."""
+    changed = (
+        Topic.objects.using(db.alias())
+        .filter(name=topic_name(topic), paused=False)
+        .update(paused=True)
+    )
+    return changed == 1
+
+
+def resume_topic(topic: str | Topic) -> bool:
+    """Resume a paused topic. True if it was paused."""
+    changed = (
+        Topic.objects.using(db.alias())
+        .filter(name=topic_name(topic), paused=True)
+        .update(paused=False)
+    )
+    return changed == 1
+
+
+def record_outcomes(topic: str, *, failures: int = 0, successes: int = 0) -> None:
+    """Keep ``Topic.consecutive_failures``: a success resets it, then each final failure adds one.
+
+    Called by nodes after each completion batch, in completion order: ``successes``
+    came before ``failures`` when both are given.
+    """
+    topics = Topic.objects.using(db.alias()).filter(name=topic)
+    if successes:
+        topics.filter(consecutive_failures__gt=0).update(consecutive_failures=0)
+    if failures:
+        topics.update(consecutive_failures=F("consecutive_failures") + failures)
