@@ -25,6 +25,26 @@ DEFAULTS: dict[str, Any] = {
     "HEARTBEAT_FREQUENCY": 1.0,
     # A node whose heartbeat is older than this many seconds is dead; its tasks are expired.
     "LIVENESS_INTERVAL": 30.0,
+    # runscheduler: this node's id (the Owner name); None: host:pid:random.
+    "NODE_ID": None,
+    # runscheduler: worker threads running tasks.
+    "WORKERS": 5,
+    # runscheduler: tasks claimed ahead of the workers, so a free worker never waits on the database.
+    "BUFFER": 10,
+    # runscheduler: at most this many tasks per claim query.
+    "BATCH_SIZE": 100,
+    # runscheduler: topics to process; None: every topic with a registered consumer.
+    "TOPICS": None,
+    # runscheduler: seconds between polls when idle (and between checks of paused topics).
+    "POLL_INTERVAL": 1.0,
+    # runscheduler: on PostgreSQL, wake up on NOTIFY instead of waiting for the next poll.
+    "LISTEN_NOTIFY": True,
+    # runscheduler: seconds running tasks get to finish after SIGTERM before they are released.
+    "SHUTDOWN_MAX_WAIT": 30.0,
+    # runscheduler: seconds between status lines (0: none).
+    "STATUS_INTERVAL": 10.0,
+    # runscheduler: seconds between sweeps for dead owners.
+    "REAP_INTERVAL": 5.0,
 }
 
 

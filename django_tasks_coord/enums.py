@@ -132,12 +132,15 @@ class Decision:
     """What a consumer decided about a task: a :class:`Result`, an optional message and exception.
 
     ``message`` is stored in ``Task.message``; ``exception`` is stored in ``Task.error``
-    as its class, message and traceback.
+    as its class, message and traceback. ``continue_`` (the source system's
+    ``continue`` flag) lets a composite task go on to its next steps after a step
+    decided something other than SUCCESS; see :mod:`django_tasks_coord.composite`.
     """
 
     result: Result
     message: str | None = None
     exception: BaseException | None = None
+    continue_: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "result", Result.coerce(self.result, "result"))
@@ -162,3 +165,39 @@ class Decision:
     ) -> Decision:
         """Shortcut for ``Decision(Result.FAILURE, message, exception)``."""
         return cls(Result.FAILURE, message, exception)
+
+
+class ErrorPolicy(_Choice):
+    """What a node does when a task type's task fails for good (its attempts are exhausted)."""
+
+    LOG_AND_CONTINUE = "log_and_continue"  #: log the failure with its traceback, keep going
+    CONTINUE = "continue"  #: keep going quietly (the failure is still stored on the task)
+    LOG_AND_TERMINATE = "log_and_terminate"  #: log it and pause the topic
+    TERMINATE = "terminate"  #: pause the topic
+
+    @property
+    def logs(self) -> bool:
+        """Whether the failure is logged at ERROR level."""
+        return self in (ErrorPolicy.LOG_AND_CONTINUE, ErrorPolicy.LOG_AND_TERMINATE)
+
+    @property
+    def terminates(self) -> bool:
+        """Whether the topic is paused after the failure."""
+        return self in (ErrorPolicy.TERMINATE, ErrorPolicy.LOG_AND_TERMINATE)
+
+
+class WaitingPolicy(_Choice):
+    """What a node does with a task that could not start within ``waiting_time`` of its ``execute_at``."""
+
+    WAIT = "wait"  #: run it anyway, late
+    IGNORE = "ignore"  #: skip it (FILTERED, with a message saying how late it was)
+    LOG_AND_IGNORE = "log_and_ignore"  #: skip it and log a warning
+
+
+class Backoff(_Choice):
+    """How the delay between retries grows."""
+
+    FIXED = "fixed"  #: always ``retry_interval``
+    EXPONENTIAL = (
+        "exponential"  #: ``retry_interval * 2 ** (attempt - 1)``, capped at ``max_interval``
+    )

@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from django.db import connection
@@ -52,3 +54,25 @@ def reap(proc: subprocess.Popen[str], sig: int | None = None) -> tuple[str, str]
     except subprocess.TimeoutExpired:
         proc.kill()
         return proc.communicate()
+
+
+def wait_for(
+    predicate: Callable[[], object], timeout: float = 30.0, interval: float = 0.05
+) -> object:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"condition not met within {timeout}s: {predicate.__doc__ or predicate}"
+            )
+        time.sleep(interval)  # polling a condition with a deadline, not waiting for time to pass
+
+
+def runscheduler(*args: str, settings: dict[str, object] | None = None) -> subprocess.Popen[str]:
+    """Start ``manage.py runscheduler ARGS`` on the test database."""
+    env = {"TASKS_COORD_JSON": json.dumps(settings or {})}
+    return start("django", "runscheduler", *args, **env)

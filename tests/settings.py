@@ -53,6 +53,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django_tasks_coord",
+    "tests.testapp",
 ]
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -83,3 +84,6 @@ LOGGING = {
     "root": {"handlers": ["null"], "level": "WARNING"},
 }
 BASE_DIR = Path(__file__).resolve().parent.parent
+
+# Subprocesses started by end-to-end tests get their node timings this way.
+TASKS_COORD = json.loads(os.environ.get("TASKS_COORD_JSON", "{}"))

@@ -1,0 +1,431 @@
+"""The node: what one ``manage.py runscheduler`` process does.
+
+A :class:`Node` registers itself as an :class:`~django_tasks_coord.models.Owner`,
+keeps its heartbeat fresh, claims due tasks of its topics in batches, runs them on a
+pool of worker threads, completes them in batches, retries failures with backoff,
+frees the tasks of dead nodes, and stops cleanly. The loop only talks to the
+database through :mod:`django_tasks_coord.queue` and :mod:`django_tasks_coord.owners`.
+
+Threads: the dispatcher (the caller of :meth:`Node.run`), ``WORKERS`` workers, the
+completer (batches completions), the lifeline (heartbeat, reaper, status line) and,
+on PostgreSQL, the listener (LISTEN/NOTIFY wake-ups).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from django.db import DatabaseError, connections
+from django.db.models import Min
+from django.utils import timezone
+
+from django_tasks_coord import db, owners, queue
+from django_tasks_coord.enums import Decision, Result, TaskState, WaitingPolicy
+from django_tasks_coord.exceptions import OwnerExpiredError, TasksCoordError
+from django_tasks_coord.handlers import HandlerNotFoundError, Registry, TaskType, registry
+from django_tasks_coord.models import Owner, Task, Topic
+from django_tasks_coord.node.completer import Completer
+from django_tasks_coord.node.config import NodeConfig
+from django_tasks_coord.node.pool import Job, WorkerPool
+from django_tasks_coord.node.wakeup import Listener, listen_supported
+
+__all__ = ["Node", "NodeConfig"]
+
+logger = logging.getLogger(__name__)
+
+#: Exit codes of :meth:`Node.run`.
+EXIT_OK = 0
+EXIT_LOST_OWNERSHIP = 3
+EXIT_SIDE_TASK_FAILED = 4
+
+
+class Node:
+    """One processing node. Create it, then call :meth:`run` (blocking) from the main thread.
+
+    :meth:`request_stop` (the SIGTERM/SIGINT handler) stops it gracefully; a second
+    call stops it at once. Both release every claim the node still holds.
+    """
+
+    def __init__(self, config: NodeConfig, handlers: Registry = registry) -> None:
+        self.config = config
+        self.handlers = handlers
+        self.owner: Owner | None = None
+        self.stats: Counter[str] = Counter()
+        self.exit_code = EXIT_OK
+        self._stopping = threading.Event()
+        self._force = threading.Event()
+        self._wakeup = threading.Event()
+        self._in_flight = 0
+        self._in_flight_lock = threading.Lock()
+        self._topics: list[str] = []
+        self._topics_checked = 0.0
+        self._round_robin = itertools.count()
+        self._pool: WorkerPool | None = None
+        self._completer: Completer | None = None
+        self._side_threads: list[threading.Thread] = []
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Run until stopped (or, with ``burst``, until nothing is due). Returns an exit code."""
+        self.owner = owners.register_owner(self.config.node_id)
+        logger.info(
+            "Node %s started: %s workers, topics %s.",
+            self.owner.name,
+            self.config.workers,
+            ", ".join(self.config.topics or sorted(self.handlers.consumers())) or "none",
+            extra={"node": self.owner.name},
+        )
+        self._pool = WorkerPool(self.config.workers)
+        self._completer = Completer(self, self._stopping)
+        self._completer.start()
+        self._start_side_threads()
+        try:
+            self._dispatch_loop()
+        except OwnerExpiredError:
+            self._lost_ownership()
+        finally:
+            self._shutdown()
+        return self.exit_code
+
+    def request_stop(self) -> None:
+        """Stop gracefully; called a second time, stop at once (claims are still released)."""
+        if self._stopping.is_set():
+            logger.warning("Second stop request: stopping now, releasing running tasks.")
+            self._force.set()
+        else:
+            logger.info(
+                "Stopping: no new claims; running tasks get %ss.", self.config.shutdown_max_wait
+            )
+        self._stopping.set()
+        self._wakeup.set()
+
+    @property
+    def stopping(self) -> bool:
+        """True once a stop was requested (or the node must stop)."""
+        return self._stopping.is_set()
+
+    def forget_topic(self, topic: str) -> None:
+        """Stop claiming ``topic`` at once (this node just paused it)."""
+        self._topics = [name for name in self._topics if name != topic]
+
+    def wake(self, topic: str | None = None) -> None:
+        """Make the dispatcher look for work now (a NOTIFY, a freed worker)."""
+        if topic is None or topic in self._topics:
+            self._wakeup.set()
+
+    # --- dispatching --------------------------------------------------------------------
+
+    def _dispatch_loop(self) -> None:
+        while not self._stopping.is_set():
+            self._wakeup.clear()
+            try:
+                self._refresh_topics()
+                claimed = self._claim_round()
+            except DatabaseError as exc:
+                logger.warning(
+                    "Claiming failed (%s); retrying in %ss.", exc, self.config.poll_interval
+                )
+                connections[db.alias()].close()
+                self._stopping.wait(self.config.poll_interval)
+                continue
+            if self.config.burst and not claimed and self.in_flight == 0 and self._completer_idle():
+                logger.info("Burst mode: nothing is due, exiting.")
+                return
+            if claimed and self.in_flight < self.config.capacity:
+                continue
+            self._wakeup.wait(self._idle_timeout())
+
+    def _claim_round(self) -> int:
+        """Claim due tasks of every topic (fairly, round-robin) up to the free capacity."""
+        claimed = 0
+        topics = self._topics
+        if not topics:
+            return 0
+        start = next(self._round_robin) % len(topics)
+        for topic in topics[start:] + topics[:start]:
+            free = self.config.capacity - self.in_flight
+            if free <= 0 or self._stopping.is_set():
+                break
+            tasks = queue.poll(topic, min(free, self.config.batch_size), owner=self.owner)
+            if tasks:
+                self._add_in_flight(len(tasks))
+                claimed += len(tasks)
+                self._submit(topic, tasks)
+        return claimed
+
+    def _submit(self, topic: str, tasks: list[Task]) -> None:
+        assert self._pool is not None
+        groups: dict[TaskType | None, list[Task]] = {}
+        errors: dict[int, HandlerNotFoundError] = {}
+        for task in tasks:
+            try:
+                task_type: TaskType | None = self.handlers.for_task(task)
+            except HandlerNotFoundError as exc:
+                task_type, errors[task.sequence] = None, exc
+            groups.setdefault(task_type, []).append(task)
+        for task_type, group in groups.items():
+            if task_type is None:
+                for task in group:
+                    failure = Decision(Result.FAILURE, exception=errors[task.sequence])
+                    self.finish(None, task, failure, final=True)
+            elif task_type.batch:
+                self._pool.submit(Job(functools.partial(self._execute, task_type, group), group))
+            else:
+                for task in group:
+                    self._pool.submit(
+                        Job(functools.partial(self._execute, task_type, [task]), [task])
+                    )
+
+    def _execute(self, task_type: TaskType, tasks: list[Task]) -> None:
+        """Run in a worker: apply attempt and waiting rules, call the handler, finish each task."""
+        runnable = []
+        now = timezone.now()
+        for task in tasks:
+            verdict = self._pre_run_verdict(task_type, task, now)
+            if verdict is None:
+                runnable.append(task)
+            else:
+                self.finish(task_type, task, verdict, final=True)
+        if runnable:
+            for task, decision in zip(runnable, task_type.run(runnable), strict=True):
+                self.finish(task_type, task, decision)
+
+    def _pre_run_verdict(self, task_type: TaskType, task: Task, now: datetime) -> Decision | None:
+        if task.attempts > task_type.retry.max_attempts:
+            return Decision(
+                Result.FAILURE,
+                message=f"Attempts exhausted ({task.attempts - 1} of {task_type.retry.max_attempts} "
+                "used, the last by a node that died).",
+            )
+        waiting_time = task_type.waiting_time
+        if task.execute_at is None or waiting_time is None:
+            return None
+        late = (now - task.execute_at).total_seconds()
+        if late <= waiting_time or task_type.waiting_policy is WaitingPolicy.WAIT:
+            return None
+        message = (
+            f"Missed: could start only {late:.3f}s after its time (waiting_time {waiting_time}s)."
+        )
+        if task_type.waiting_policy is WaitingPolicy.LOG_AND_IGNORE:
+            logger.warning(
+                "Task %s skipped. %s", task, message, extra={"task_sequence": task.sequence}
+            )
+        return Decision(Result.FILTER, message=message)
+
+    def finish(
+        self, task_type: TaskType | None, task: Task, decision: Decision, *, final: bool = False
+    ) -> None:
+        """Record a task's outcome: retry a failure that has attempts left, else complete it.
+
+        ``final`` failures (no handler, attempts used up by dead nodes) are never retried.
+        """
+        assert self._completer is not None
+        retryable = not final and task_type is not None and decision.result is Result.FAILURE
+        if retryable and task_type is not None and task_type.retry.can_retry(task.attempts):
+            self._retry(task_type, task, decision)
+        else:
+            self._completer.put(task_type, task, decision)
+
+    def _retry(self, task_type: TaskType, task: Task, decision: Decision) -> None:
+        delay = task_type.retry.delay(task.attempts)
+        try:
+            queue.release(task, execute_at=timezone.now() + delay, decision=decision)
+        except TasksCoordError as exc:
+            logger.warning("Could not schedule a retry of %s: %s", task, exc)
+        else:
+            self.stats["retried"] += 1
+            logger.warning(
+                "Task %s failed (attempt %s of %s), retrying in %.1fs: %s",
+                task,
+                task.attempts,
+                task_type.retry.max_attempts,
+                delay.total_seconds(),
+                decision.exception or decision.message,
+                extra={
+                    "task_sequence": task.sequence,
+                    "topic": task.topic_id,
+                    "attempt": task.attempts,
+                },
+            )
+        finally:
+            self.done(1)
+
+    # --- bookkeeping used by the completer ----------------------------------------------
+
+    @property
+    def in_flight(self) -> int:
+        """Tasks claimed by this node and not yet completed or released."""
+        with self._in_flight_lock:
+            return self._in_flight
+
+    def _add_in_flight(self, n: int) -> None:
+        with self._in_flight_lock:
+            self._in_flight += n
+
+    def done(self, n: int) -> None:
+        """``n`` tasks left this node (completed or released): wake the dispatcher if it was full."""
+        with self._in_flight_lock:
+            was_full = self._in_flight >= self.config.capacity
+            self._in_flight -= n
+        if was_full or self.config.burst:
+            self._wakeup.set()
+
+    def _completer_idle(self) -> bool:
+        return self._completer is None or self._completer.idle
+
+    # --- topics and sleeping ------------------------------------------------------------
+
+    def _refresh_topics(self) -> None:
+        """Re-read which topics to process (paused ones excluded) once per poll interval."""
+        now = time.monotonic()
+        if self._topics_checked and now - self._topics_checked < self.config.poll_interval:
+            return
+        wanted = self.config.topics or tuple(self.handlers.consumers())
+        active = Topic.objects.using(db.alias()).filter(name__in=wanted, paused=False)
+        topics = sorted(active.values_list("name", flat=True))
+        if topics != self._topics:
+            logger.info(
+                "Processing topics: %s.", ", ".join(topics) or "none (all paused or unknown)"
+            )
+        self._topics, self._topics_checked = topics, now
+
+    def _idle_timeout(self) -> float:
+        """Seconds to sleep: until the next delayed task is due, at most one poll interval."""
+        timeout = self.config.poll_interval
+        if self.in_flight >= self.config.capacity or not self._topics:
+            return timeout
+        pending = Task.objects.using(db.alias()).filter(
+            topic_id__in=self._topics, state=TaskState.PENDING, execute_at__isnull=False
+        )
+        next_due = pending.aggregate(next=Min("execute_at"))["next"]
+        if next_due is not None:
+            timeout = min(timeout, max((next_due - timezone.now()).total_seconds(), 0.0))
+        return timeout
+
+    # --- side tasks ---------------------------------------------------------------------
+
+    def _start_side_threads(self) -> None:
+        lifeline = threading.Thread(
+            target=self._guard(self._lifeline), name="lifeline", daemon=True
+        )
+        self._side_threads.append(lifeline)
+        if self.config.listen_notify and listen_supported(db.alias()):
+            self._side_threads.append(Listener(db.alias(), self.wake, self._stopping))
+        for thread in self._side_threads:
+            thread.start()
+
+    def _guard(self, target: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                target()
+            except Exception:
+                logger.exception("A side task of the node died; stopping the node.")
+                self.exit_code = EXIT_SIDE_TASK_FAILED
+                self._force.set()
+                self.request_stop()
+            finally:
+                connections.close_all()
+
+        return run
+
+    def _lifeline(self) -> None:
+        """Heartbeat every HEARTBEAT_FREQUENCY, reap dead owners, print the status line."""
+        assert self.owner is not None
+        last_beat = last_reap = last_status = time.monotonic()
+        while not self._stopping.wait(self.config.heartbeat_frequency):
+            now = time.monotonic()
+            try:
+                if not owners.heartbeat(self.owner):
+                    if not self._stopping.is_set():
+                        self._lost_ownership()
+                    return
+                last_beat = now
+                if now - last_reap >= self.config.reap_interval:
+                    last_reap = now
+                    owners.expire(timedelta(seconds=self.config.liveness_interval))
+            except TasksCoordError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the database may be briefly unreachable
+                connections[db.alias()].close()
+                logger.warning("Heartbeat failed: %s", exc)
+                if now - last_beat > self.config.liveness_interval:
+                    logger.error("No heartbeat for a liveness interval: this node counts as dead.")
+                    self._lost_ownership()
+                    return
+            if self.config.status_interval and now - last_status >= self.config.status_interval:
+                last_status = now
+                self._status_line()
+
+    def _status_line(self) -> None:
+        depth = Task.objects.using(db.alias()).filter(topic_id__in=self._topics).due().count()
+        logger.info(
+            "processed=%s failed=%s retried=%s in_flight=%s queue_depth=%s",
+            self.stats["processed"],
+            self.stats["failed"],
+            self.stats["retried"],
+            self.in_flight,
+            depth,
+            extra={"node": self.owner.name if self.owner else None, **self.stats},
+        )
+
+    def _lost_ownership(self) -> None:
+        logger.error(
+            "Node %s was declared dead (its owner row is gone): its tasks belong to other nodes now. "
+            "Stopping without completing anything.",
+            self.owner.name if self.owner else "?",
+        )
+        self.exit_code = EXIT_LOST_OWNERSHIP
+        self._force.set()
+        self._stopping.set()
+        self._wakeup.set()
+
+    # --- shutdown -----------------------------------------------------------------------
+
+    def _shutdown(self) -> None:
+        self._stopping.set()
+        for thread in self._side_threads:  # no heartbeat may race the unregistration below
+            thread.join(timeout=self.config.heartbeat_frequency + 5)
+        pool, completer = self._pool, self._completer
+        assert pool is not None
+        assert completer is not None
+        lost = self.exit_code == EXIT_LOST_OWNERSHIP
+        unstarted = [task for job in pool.take_queued() for task in job.payload]
+        if not lost:
+            self._release(unstarted, refund_attempt=True)
+        if not self._force.is_set():
+            still_running = pool.join_running(self.config.shutdown_max_wait)
+        else:
+            still_running = pool.running()
+        pool.stop()
+        completer.flush_and_stop()
+        if still_running and not lost:
+            tasks = [task for job in still_running for task in job.payload]
+            logger.warning("Releasing %s task(s) still running at shutdown.", len(tasks))
+            self._release(tasks, refund_attempt=False)
+        if self.owner is not None and not lost:
+            owners.unregister_owner(self.owner)
+        logger.info(
+            "Node %s stopped: processed=%s failed=%s retried=%s.",
+            self.owner.name if self.owner else "?",
+            self.stats["processed"],
+            self.stats["failed"],
+            self.stats["retried"],
+        )
+        connections.close_all()
+
+    def _release(self, tasks: list[Task], *, refund_attempt: bool) -> None:
+        for task in tasks:
+            try:
+                queue.release(task, refund_attempt=refund_attempt)
+            except TasksCoordError as exc:
+                logger.debug("Not releasing %s: %s", task, exc)
+            finally:
+                self.done(1)

@@ -1,0 +1,165 @@
+"""The completer: writes the outcomes of finished tasks in batches, off the workers' threads.
+
+Workers hand ``(task type, task, decision)`` over and go on with the next task;
+the completer groups outcomes that can share one ``UPDATE`` (same result, same
+message, no exception) and completes each group with ``queue.complete_many``. Then
+it applies error policies and keeps the topics' failure streaks.
+
+A node killed between a task's end and its completion runs that task again after
+the liveness interval: execution is at least once.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue as stdlib_queue
+import threading
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+from django.db import connections
+
+from django_tasks_coord import db, queue, topics
+from django_tasks_coord.enums import Decision, ErrorPolicy, Result
+from django_tasks_coord.exceptions import TaskRedundantError, TasksCoordError
+from django_tasks_coord.handlers import TaskType
+from django_tasks_coord.models import Task
+
+if TYPE_CHECKING:
+    from django_tasks_coord.node import Node
+
+logger = logging.getLogger(__name__)
+
+Item = tuple[TaskType | None, Task, Decision]
+MAX_BATCH = 500
+
+
+class Completer(threading.Thread):
+    """Completes finished tasks in batches for one node."""
+
+    def __init__(self, node: Node, stopping: threading.Event) -> None:
+        super().__init__(name="completer", daemon=True)
+        self.node = node
+        self._items: stdlib_queue.SimpleQueue[Item | None] = stdlib_queue.SimpleQueue()
+        self._busy = threading.Event()
+        self._stopped = threading.Event()
+
+    def put(self, task_type: TaskType | None, task: Task, decision: Decision) -> None:
+        """Hand over a finished task."""
+        self._items.put((task_type, task, decision))
+
+    @property
+    def idle(self) -> bool:
+        """Nothing waiting and nothing being written."""
+        return self._items.empty() and not self._busy.is_set()
+
+    def flush_and_stop(self, timeout: float = 60.0) -> None:
+        """Write everything handed over so far, then stop the thread."""
+        self._items.put(None)
+        self.join(timeout)
+
+    def run(self) -> None:
+        try:
+            while True:
+                first = self._items.get()
+                self._busy.set()
+                batch, stop = ([] if first is None else [first]), first is None
+                while not stop and len(batch) < MAX_BATCH:
+                    try:
+                        item = self._items.get_nowait()
+                    except stdlib_queue.Empty:
+                        break
+                    if item is None:
+                        stop = True
+                    else:
+                        batch.append(item)
+                if batch:
+                    self._write(batch)
+                self._busy.clear()
+                if stop:
+                    return
+        finally:
+            connections[db.alias()].close()
+
+    def _write(self, batch: list[Item]) -> None:
+        groups: dict[tuple[Result, str | None], list[Item]] = defaultdict(list)
+        singles: list[Item] = []
+        for item in batch:
+            decision = item[2]
+            if decision.exception is None:
+                groups[(decision.result, decision.message)].append(item)
+            else:
+                singles.append(item)
+        for items in groups.values():
+            decision = items[0][2]
+            try:
+                queue.complete_many([task for _, task, _ in items], decision)
+            except TasksCoordError:
+                singles.extend(items)  # someone else changed one of them: go one by one
+            except Exception:
+                logger.exception("Completing %s task(s) failed; they will expire.", len(items))
+                self.node.done(len(items))
+            else:
+                self._completed(items)
+        for item in singles:
+            self._complete_one(item)
+
+    def _complete_one(self, item: Item) -> None:
+        _, task, decision = item
+        try:
+            queue.complete(task, decision)
+        except TaskRedundantError:
+            logger.info("Task %s was replaced while it ran; its result is discarded.", task)
+            self.node.done(1)
+        except TasksCoordError as exc:
+            logger.warning("Task %s could not be completed: %s", task, exc)
+            self.node.done(1)
+        except Exception:
+            logger.exception("Completing task %s failed; it will expire.", task)
+            self.node.done(1)
+        else:
+            self._completed([item])
+
+    def _completed(self, items: list[Item]) -> None:
+        by_topic: dict[str, list[Item]] = defaultdict(list)
+        for item in items:
+            by_topic[item[1].topic_id].append(item)
+        for topic, topic_items in by_topic.items():
+            failures = [item for item in topic_items if item[2].result is Result.FAILURE]
+            self.node.stats["processed"] += len(topic_items)
+            self.node.stats["failed"] += len(failures)
+            try:
+                topics.record_outcomes(
+                    topic, successes=len(topic_items) - len(failures), failures=len(failures)
+                )
+                for task_type, task, decision in failures:
+                    self._apply_error_policy(task_type, task, decision)
+            finally:
+                self.node.done(len(topic_items))
+
+    def _apply_error_policy(
+        self, task_type: TaskType | None, task: Task, decision: Decision
+    ) -> None:
+        policy = task_type.error_policy if task_type is not None else ErrorPolicy.LOG_AND_CONTINUE
+        if policy.logs:
+            logger.error(
+                "Task %s failed after %s attempt(s): %s\n%s",
+                task,
+                task.attempts,
+                decision.message or "",
+                task.error or "",
+                extra={
+                    "task_sequence": task.sequence,
+                    "topic": task.topic_id,
+                    "attempt": task.attempts,
+                },
+            )
+        if policy.terminates:
+            self.node.forget_topic(task.topic_id)
+        if policy.terminates and topics.pause_topic(task.topic_id):
+            logger.warning(
+                "Topic %r paused by the error policy %s of %s; resume it when fixed.",
+                task.topic_id,
+                policy.name,
+                task_type.name if task_type else "?",
+            )

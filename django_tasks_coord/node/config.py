@@ -1,0 +1,76 @@
+"""A node's configuration: the ``TASKS_COORD`` settings, overridden by command-line flags."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from django_tasks_coord.conf import app_settings
+from django_tasks_coord.exceptions import ConfigurationError
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """Everything a :class:`~django_tasks_coord.node.Node` needs to know. See docs/node.md."""
+
+    node_id: str | None
+    workers: int
+    buffer: int
+    batch_size: int
+    topics: tuple[str, ...] | None
+    poll_interval: float
+    listen_notify: bool
+    shutdown_max_wait: float
+    status_interval: float
+    reap_interval: float
+    heartbeat_frequency: float
+    liveness_interval: float
+    burst: bool = False
+
+    @classmethod
+    def from_settings(cls, **overrides: Any) -> NodeConfig:
+        """Build from ``TASKS_COORD``; keyword arguments that are not None win (command flags)."""
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            if f.name == "burst":
+                continue
+            values[f.name] = getattr(app_settings, f.name.upper())
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        if values.get("topics") is not None:
+            values["topics"] = tuple(values["topics"])
+        config = cls(**values)
+        config.validate()
+        return config
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigurationError` naming the first bad value."""
+        for name in ("workers", "batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigurationError(
+                    f"{name.upper()} must be an int of at least 1, not {value!r}."
+                )
+        if isinstance(self.buffer, bool) or not isinstance(self.buffer, int) or self.buffer < 0:
+            raise ConfigurationError(f"BUFFER must be a non-negative int, not {self.buffer!r}.")
+        for name in ("poll_interval", "heartbeat_frequency", "liveness_interval", "reap_interval"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or value <= 0:
+                raise ConfigurationError(
+                    f"{name.upper()} must be a positive number of seconds, not {value!r}."
+                )
+        for name in ("shutdown_max_wait", "status_interval"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or value < 0:
+                raise ConfigurationError(
+                    f"{name.upper()} must be a non-negative number of seconds, not {value!r}."
+                )
+        if self.heartbeat_frequency * 2 > self.liveness_interval:
+            raise ConfigurationError(
+                f"LIVENESS_INTERVAL ({self.liveness_interval}s) must be at least twice "
+                f"HEARTBEAT_FREQUENCY ({self.heartbeat_frequency}s), or live nodes would be declared dead."
+            )
+
+    @property
+    def capacity(self) -> int:
+        """How many tasks the node holds at most: one per worker plus the buffer."""
+        return self.workers + self.buffer

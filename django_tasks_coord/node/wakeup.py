@@ -1,0 +1,65 @@
+"""Waking a sleeping node: PostgreSQL LISTEN/NOTIFY, or plain timeouts elsewhere."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from django.db import connections
+
+from django_tasks_coord.db import NOTIFY_CHANNEL
+
+logger = logging.getLogger(__name__)
+
+
+class Listener(threading.Thread):
+    """Listens on PostgreSQL's ``tasks_coord`` channel and calls ``wake(topic)`` for each notification.
+
+    It uses a connection of its own (autocommit), opened with the same parameters as
+    the app's database alias. If the connection breaks it reconnects with a backoff;
+    meanwhile the node keeps polling every ``POLL_INTERVAL``, so work is only later,
+    never lost.
+    """
+
+    def __init__(self, alias: str, wake: Callable[[str], None], stopping: threading.Event) -> None:
+        super().__init__(name="listener", daemon=True)
+        self.alias = alias
+        self.wake = wake
+        self.stopping = stopping
+        self.listening = threading.Event()
+
+    def run(self) -> None:
+        import psycopg
+
+        backoff = 0.5
+        params = connections[self.alias].get_connection_params()
+        params.pop("cursor_factory", None)
+        params.pop("context", None)
+        while not self.stopping.is_set():
+            try:
+                with psycopg.connect(**params, autocommit=True) as conn:
+                    conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    self.listening.set()
+                    backoff = 0.5
+                    logger.debug("Listening for notifications on %r.", NOTIFY_CHANNEL)
+                    while not self.stopping.is_set():
+                        for notification in conn.notifies(timeout=0.5):
+                            self.wake(notification.payload)
+            except Exception as exc:  # noqa: BLE001 - reconnect on any failure
+                self.listening.clear()
+                logger.warning("LISTEN connection failed (%s); polling until it is back.", exc)
+                self.stopping.wait(backoff)
+                backoff = min(backoff * 2, 10.0)
+        self.listening.clear()
+
+
+def listen_supported(alias: str) -> bool:
+    """Whether the database behind ``alias`` can wake nodes (PostgreSQL with psycopg 3)."""
+    if connections[alias].vendor != "postgresql":
+        return False
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        return False
+    return True

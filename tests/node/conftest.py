@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from django_tasks_coord import handlers, queue
+from django_tasks_coord.node import Node, NodeConfig
+from tests.testapp import consumers as _test_consumers  # noqa: F401  (registers the test consumers)
+
+
+@pytest.fixture
+def make_node(transactional_db):
+    """Build a burst-mode node with fast, test-friendly timings; ``overrides`` win."""
+
+    def make(**overrides) -> Node:
+        options = {
+            "burst": True,
+            "poll_interval": 0.05,
+            "status_interval": 0,
+            "heartbeat_frequency": 0.1,
+            "liveness_interval": 5.0,
+            "shutdown_max_wait": 5.0,
+            "topics": ["work"],
+            **overrides,
+        }
+        return Node(NodeConfig.from_settings(**options))
+
+    return make
+
+
+def run(node: Node, timeout: float = 60) -> int:
+    """Run ``node`` in a thread; fail the test if it does not finish within ``timeout``."""
+    result: dict[str, int] = {}
+    thread = threading.Thread(target=lambda: result.setdefault("code", node.run()))
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        node.request_stop()
+        node.request_stop()
+        thread.join(30)
+        pytest.fail(f"the node did not finish within {timeout}s")
+    return result["code"]
+
+
+@pytest.fixture
+def work_topic(transactional_db):
+    return queue.register_topic("work")
+
+
+@pytest.fixture(autouse=True)
+def _restore_registry():
+    before = handlers.registry.consumers()
+    yield
+    handlers.registry.restore(before)

@@ -1,0 +1,60 @@
+"""Consumers used by the node tests (imported by handlers.autodiscover like any app's consumers.py).
+
+Payload keys understood by ``work``: ``sleep`` (seconds of simulated work), ``fail_times``
+(fail the first N attempts), ``only_first_attempt_sleeps``, ``result`` (a Result name to return).
+"""
+
+import os
+import time
+
+from django.utils import timezone
+
+from django_tasks_coord import handlers
+from django_tasks_coord.enums import Result
+from django_tasks_coord.retry import RetryPolicy
+from tests.testapp.models import Run
+
+FAST_RETRY = RetryPolicy(
+    max_attempts=4, retry_interval=0.2, backoff="exponential", max_interval=5, jitter=0
+)
+
+
+class Flaky(Exception):
+    pass
+
+
+def record(task):
+    return Run.objects.create(
+        topic=task.topic_id,
+        identifier=task.identifier,
+        sequence=task.sequence,
+        attempt=task.attempts,
+        node=task.owner.name if task.owner_id else "",
+        started_at=timezone.now(),
+        pid=os.getpid(),
+    )
+
+
+@handlers.consumer("work", retry=FAST_RETRY)
+def work(task):
+    record(task)
+    payload = task.payload or {}
+    if payload.get("sleep") and not (
+        payload.get("only_first_attempt_sleeps") and task.attempts > 1
+    ):
+        time.sleep(payload["sleep"])  # simulated work, not a test waiting for time to pass
+    if task.attempts <= payload.get("fail_times", 0):
+        raise Flaky(f"attempt {task.attempts} fails on purpose")
+    if payload.get("result"):
+        return Result[payload["result"]]
+    return None
+
+
+@handlers.consumer("noop", retry=RetryPolicy(max_attempts=3))
+def noop(task):
+    return None
+
+
+def named(task):
+    """A handler named by tasks themselves (``handler="tests.testapp.consumers.named"``)."""
+    record(task)
