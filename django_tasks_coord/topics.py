@@ -92,24 +92,19 @@ def register_topic(name: str) -> Topic:
     return topic
 
 
+def _set_paused(topic: str | Topic, paused: bool) -> bool:
+    rows = Topic.objects.using(db.alias()).filter(name=topic_name(topic), paused=not paused)
+    return rows.update(paused=paused) == 1
+
+
 def pause_topic(topic: str | Topic) -> bool:
     """Pause a topic: no node claims its tasks (within one poll interval). True if it was running."""
-    changed = (
-        Topic.objects.using(db.alias())
-        .filter(name=topic_name(topic), paused=False)
-        .update(paused=True)
-    )
-    return changed == 1
+    return _set_paused(topic, True)
 
 
 def resume_topic(topic: str | Topic) -> bool:
     """Resume a paused topic. True if it was paused."""
-    changed = (
-        Topic.objects.using(db.alias())
-        .filter(name=topic_name(topic), paused=True)
-        .update(paused=False)
-    )
-    return changed == 1
+    return _set_paused(topic, False)
 
 
 def record_outcomes(topic: str, *, failures: int = 0, successes: int = 0) -> None:

@@ -6,6 +6,7 @@ import argparse
 import logging
 import signal
 import sys
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -16,26 +17,23 @@ from django_tasks_coord.exceptions import ConfigurationError, DuplicateOwnerErro
 from django_tasks_coord.node import Node, NodeConfig
 
 
-def positive_int(value: str) -> int:
-    """argparse type: an int of at least 1."""
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"{value!r} must be at least 1")
-    return number
+def _number(kind: Callable[[str], float], minimum: float, what: str) -> Callable[[str], Any]:
+    """An argparse type converting with ``kind`` and refusing values below ``minimum``."""
+
+    def convert(value: str) -> float:
+        try:
+            number = kind(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not {what}") from None
+        if number < minimum:
+            raise argparse.ArgumentTypeError(f"{value!r} must be at least {minimum}")
+        return number
+
+    return convert
 
 
-def non_negative_float(value: str) -> float:
-    """argparse type: seconds, zero or more."""
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
-    if number < 0:
-        raise argparse.ArgumentTypeError(f"{value!r} must not be negative")
-    return number
+positive_int = _number(int, 1, "an integer")
+non_negative_float = _number(float, 0, "a number")
 
 
 VERBOSITY_LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
