@@ -5,10 +5,11 @@ Each one says why it exists; callers never branch on ``connection.vendor`` thems
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
-from django.db import connections, models
+from django.db import connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 from django.db.backends.ddl_references import Statement
@@ -77,6 +78,20 @@ def notify(conn: BaseDatabaseWrapper, topic: str) -> None:
     if conn.vendor == "postgresql":
         with conn.cursor() as cursor:
             cursor.execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, topic])
+
+
+@contextmanager
+def write_transaction() -> Iterator[None]:
+    """``transaction.atomic`` on the app's alias that takes SQLite's write lock first.
+
+    Every transaction of this package that writes starts this way: on SQLite a
+    transaction that reads before it writes fails at once ("database is locked")
+    when another process writes meanwhile; taking the lock first makes it wait for
+    its turn instead (:func:`serialize_claims`). Elsewhere it is a plain atomic block.
+    """
+    with transaction.atomic(using=alias()):
+        serialize_claims(connection())
+        yield
 
 
 def can_return_rows_from_bulk_insert(conn: BaseDatabaseWrapper) -> bool:

@@ -12,7 +12,7 @@ import socket
 import uuid
 from datetime import timedelta
 
-from django.db import IntegrityError, models, transaction
+from django.db import IntegrityError, models
 from django.db.models.functions import Now
 
 from django_tasks_coord import db
@@ -54,14 +54,14 @@ def register_owner(
     fields = {"host": host if host is not None else socket.gethostname(), "pid": pid or os.getpid()}
     using = db.alias()
     try:
-        with transaction.atomic(using=using):
+        with db.write_transaction():
             return Owner.objects.using(using).create(name=name, **fields)
     except IntegrityError:
         pass
     stale = Owner.objects.using(using).filter(
         _older_than(app_settings.liveness_interval), name=name
     )
-    with transaction.atomic(using=using):
+    with db.write_transaction():
         ids = list(stale.select_for_update().values_list("pk", flat=True))
         if not ids:
             raise DuplicateOwnerError(
@@ -81,8 +81,7 @@ def heartbeat(owner: Owner) -> bool:
 def unregister_owner(owner: Owner) -> list[Task]:
     """Remove ``owner`` (a graceful stop); tasks it still holds go back to PENDING and are returned."""
     using = db.alias()
-    with transaction.atomic(using=using):
-        db.serialize_claims(db.connection())
+    with db.write_transaction():
         return _expire_owner_ids([owner.pk], using)
 
 
@@ -97,8 +96,7 @@ def expire(older_than: timedelta | None = None) -> list[Task]:
     bound = app_settings.liveness_interval if older_than is None else older_than
     using = db.alias()
     conn = db.connection()
-    with transaction.atomic(using=using):
-        db.serialize_claims(conn)
+    with db.write_transaction():
         stale = Owner.objects.using(using).filter(_older_than(bound))
         ids = list(stale.select_for_update(**db.lock_kwargs(conn)).values_list("pk", flat=True))
         return _expire_owner_ids(ids, using) if ids else []

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db import models, transaction
+from django.db import models
 from django.db.models import Count, Exists, F, Max, Min, OuterRef, Q, Subquery
 from django.utils import timezone
 
@@ -251,7 +251,7 @@ def push_many(
             )
         )
     using = db.alias()
-    with transaction.atomic(using=using):
+    with db.write_transaction():
         if insertion is not Insertion.APPEND:
             _apply_insertion(name, list(last_index), insertion, using)
         created = _insert(tasks, using)
@@ -335,8 +335,7 @@ def poll(
         )
     name = _topic_name(topic)
     using, conn = db.alias(), db.connection()
-    with transaction.atomic(using=using):
-        db.serialize_claims(conn)
+    with db.write_transaction():
         if owner is not None and not heartbeat(owner):
             raise OwnerExpiredError(f"Owner {owner.name!r} was declared dead; register again.")
         qs: models.QuerySet[Task] = Task.objects.using(using).for_topic(name).due()
@@ -441,7 +440,7 @@ def complete_many(tasks: Sequence[Task], decision: Decision | Result | str) -> l
         held |= Q(pk__in=pks, exec_id=exec_id)
     using = db.alias()
     try:
-        with transaction.atomic(using=using):
+        with db.write_transaction():
             rows = Task.objects.using(using).filter(held, state=TaskState.ACTIVE)
             if rows.update(**changes) != len({task.pk for task in tasks}):
                 raise _ClaimsLost
@@ -484,7 +483,7 @@ def release(
     if refund_attempt:
         changes["attempts"] = max(task.attempts - 1, 0)
     using = db.alias()
-    with transaction.atomic(using=using):
+    with db.write_transaction():
         held = Task.objects.using(using).filter(
             pk=task.pk, state=TaskState.ACTIVE, exec_id=task.exec_id
         )
@@ -556,7 +555,7 @@ def recreate(task: Task) -> Task:
     """
     task = _check_task(task)
     using = db.alias()
-    with transaction.atomic(using=using):
+    with db.write_transaction():
         original = (
             Task.objects.using(using).filter(pk=task.pk).completed().select_for_update().first()
         )
@@ -654,8 +653,7 @@ def junction(
     wanted = {_check_identifier(identifier) for identifier in identifiers}
     name = _topic_name(topic)
     using, conn = db.alias(), db.connection()
-    with transaction.atomic(using=using):
-        db.serialize_claims(conn)
+    with db.write_transaction():
         tasks = Task.objects.using(using).for_topic(name)
         latest_ids = (
             tasks.filter(identifier__in=wanted)
