@@ -14,4 +14,6 @@ class TasksCoordConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from django_tasks_coord import checks, conf  # noqa: F401  (registers receivers/checks)
+        # Registers receivers and checks, and the consumer of the jobs topic.
+        from django_tasks_coord import checks, conf, topics  # noqa: F401
+        from django_tasks_coord.scheduling import runner  # noqa: F401

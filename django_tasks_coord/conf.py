@@ -45,6 +45,8 @@ DEFAULTS: dict[str, Any] = {
     "STATUS_INTERVAL": 10.0,
     # runscheduler: seconds between sweeps for dead owners.
     "REAP_INTERVAL": 5.0,
+    # runscheduler: run the job scheduler (submitting due slots of periodic jobs) in this node.
+    "SCHEDULER": True,
 }
 
 

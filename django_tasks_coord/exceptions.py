@@ -95,6 +95,22 @@ class OwnerExpiredError(OwnerError):
     """
 
 
+class JobError(TasksCoordError):
+    """Base class of errors about scheduled jobs."""
+
+
+class UnknownJobError(JobError, LookupError):
+    """No job has this id. ``scheduling.running_jobs()`` and the admin list the jobs."""
+
+
+class JobDefinitionError(JobError, InvalidArgumentError):
+    """A job cannot be scheduled as defined: its callable is not a module-level function that
+    imports, its end is before its start, its name is declared twice...
+
+    The message names the job and the offending part.
+    """
+
+
 class TimerError(TasksCoordError, ValueError):
     """A timer specification (cron, calendar event, interval, datetime) is invalid.
 

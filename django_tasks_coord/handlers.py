@@ -29,7 +29,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.utils.module_loading import autodiscover_modules, import_string
@@ -97,6 +97,19 @@ class TaskType:
                 f"waiting_time must be None or non-negative seconds, not {self.waiting_time!r}."
             )
 
+    def max_attempts_for(self, task: Task) -> int:
+        """How many attempts ``task`` gets in all (subclasses may decide per task)."""
+        return self.retry.max_attempts
+
+    def retry_at(self, task: Task, decision: Decision, now: datetime) -> datetime | None:
+        """When to run ``task`` again after the failed attempt ``decision``; None: fail it for good."""
+        if not self.retry.can_retry(task.attempts):
+            return None
+        return now + self.retry.delay(task.attempts)
+
+    def on_outcome(self, task: Task, decision: Decision) -> None:
+        """Called by the node once ``task``'s completion is written (any result). No-op here."""
+
     def run(self, tasks: list[Task]) -> list[Decision]:
         """Call the handler for ``tasks`` (one call per task unless ``batch``) and return one decision each.
 
@@ -153,6 +166,12 @@ class Registry:
     def register(self, topic: str, func: Callable[..., Any], **options: Any) -> TaskType:
         """Register ``func`` as the consumer of ``topic`` (replacing any earlier one)."""
         task_type = TaskType(name=topic, func=func, **options)
+        with self._lock:
+            self._consumers[topic] = task_type
+        return task_type
+
+    def add(self, topic: str, task_type: TaskType) -> TaskType:
+        """Register a ready-made (possibly subclassed) task type as the consumer of ``topic``."""
         with self._lock:
             self._consumers[topic] = task_type
         return task_type

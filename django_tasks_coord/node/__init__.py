@@ -62,6 +62,7 @@ class Node:
         self._stopping = threading.Event()
         self._force = threading.Event()
         self._wakeup = threading.Event()
+        self._schedule_changed = threading.Event()
         self._in_flight = 0
         self._in_flight_lock = threading.Lock()
         self._topics: list[str] = []
@@ -117,8 +118,13 @@ class Node:
         self._topics = [name for name in self._topics if name != topic]
 
     def wake(self, topic: str | None = None) -> None:
-        """Make the dispatcher look for work now (a NOTIFY, a freed worker)."""
-        if topic is None or topic in self._topics:
+        """Make the dispatcher look for work now (a NOTIFY, a freed worker), or the scheduler
+        look at the schedules (``topic`` is ``SCHEDULE_CHANGED``)."""
+        from django_tasks_coord.scheduling.runner import SCHEDULE_CHANGED
+
+        if topic == SCHEDULE_CHANGED:
+            self._schedule_changed.set()
+        elif topic is None or topic in self._topics:
             self._wakeup.set()
 
     # --- dispatching --------------------------------------------------------------------
@@ -199,10 +205,11 @@ class Node:
                 self.finish(task_type, task, decision)
 
     def _pre_run_verdict(self, task_type: TaskType, task: Task, now: datetime) -> Decision | None:
-        if task.attempts > task_type.retry.max_attempts:
+        max_attempts = task_type.max_attempts_for(task)
+        if task.attempts > max_attempts:
             return Decision(
                 Result.FAILURE,
-                message=f"Attempts exhausted ({task.attempts - 1} of {task_type.retry.max_attempts} "
+                message=f"Attempts exhausted ({task.attempts - 1} of {max_attempts} "
                 "used, the last by a node that died).",
             )
         waiting_time = task_type.waiting_time
@@ -228,16 +235,18 @@ class Node:
         ``final`` failures (no handler, attempts used up by dead nodes) are never retried.
         """
         assert self._completer is not None
-        retryable = not final and task_type is not None and decision.result is Result.FAILURE
-        if retryable and task_type is not None and task_type.retry.can_retry(task.attempts):
-            self._retry(task_type, task, decision)
+        retry_at = None
+        if not final and task_type is not None and decision.result is Result.FAILURE:
+            retry_at = task_type.retry_at(task, decision, timezone.now())
+        if retry_at is not None and task_type is not None:
+            self._retry(task_type, task, decision, retry_at)
         else:
             self._completer.put(task_type, task, decision)
 
-    def _retry(self, task_type: TaskType, task: Task, decision: Decision) -> None:
-        delay = task_type.retry.delay(task.attempts)
+    def _retry(self, task_type: TaskType, task: Task, decision: Decision, at: datetime) -> None:
+        delay = at - timezone.now()
         try:
-            queue.release(task, execute_at=timezone.now() + delay, decision=decision)
+            queue.release(task, execute_at=at, decision=decision)
         except TasksCoordError as exc:
             logger.warning("Could not schedule a retry of %s: %s", task, exc)
         else:
@@ -246,8 +255,8 @@ class Node:
                 "Task %s failed (attempt %s of %s), retrying in %.1fs: %s",
                 task,
                 task.attempts,
-                task_type.retry.max_attempts,
-                delay.total_seconds(),
+                task_type.max_attempts_for(task),
+                max(delay.total_seconds(), 0.0),
                 decision.exception or decision.message,
                 extra={
                     "task_sequence": task.sequence,
@@ -317,6 +326,11 @@ class Node:
             target=self._guard(self._lifeline), name="lifeline", daemon=True
         )
         self._side_threads.append(lifeline)
+        if self.config.scheduler:
+            scheduler = threading.Thread(
+                target=self._guard(self._schedule_loop), name="scheduler", daemon=True
+            )
+            self._side_threads.append(scheduler)
         if self.config.listen_notify and listen_supported(db.alias()):
             self._side_threads.append(Listener(db.alias(), self.wake, self._stopping))
         for thread in self._side_threads:
@@ -363,6 +377,27 @@ class Node:
             if self.config.status_interval and now - last_status >= self.config.status_interval:
                 last_status = now
                 self._status_line()
+
+    def _schedule_loop(self) -> None:
+        """Submit due job slots; sleep until the next one is due or a schedule changes."""
+        from django_tasks_coord.scheduling import scheduler
+        from django_tasks_coord.scheduling.runner import JOBS_TOPIC
+
+        assert self.owner is not None
+        while not self._stopping.is_set():
+            self._schedule_changed.clear()
+            timeout = self.config.poll_interval
+            try:
+                if scheduler.submit_due(self.owner.name):
+                    self.wake(JOBS_TOPIC)
+                next_due = None if scheduler.jobs_paused() else scheduler.next_due()
+            except DatabaseError as exc:
+                logger.warning("Scheduling failed (%s); retrying in %ss.", exc, timeout)
+                connections[db.alias()].close()
+                next_due = None
+            if next_due is not None:
+                timeout = min(timeout, max((next_due - timezone.now()).total_seconds(), 0.0))
+            self._schedule_changed.wait(timeout)
 
     def _status_line(self) -> None:
         depth = Task.objects.using(db.alias()).filter(topic_id__in=self._topics).due().count()

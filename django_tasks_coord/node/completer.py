@@ -134,6 +134,11 @@ class Completer(threading.Thread):
                 )
                 for task_type, task, decision in failures:
                     self._apply_error_policy(task_type, task, decision)
+                for task_type, task, decision in topic_items:
+                    if task_type is not None:
+                        task_type.on_outcome(task, decision)
+            except Exception:
+                logger.exception("After completing tasks of %r: a follow-up failed.", topic)
             finally:
                 self.node.done(len(topic_items))
 

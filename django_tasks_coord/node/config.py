@@ -25,6 +25,7 @@ class NodeConfig:
     reap_interval: float
     heartbeat_frequency: float
     liveness_interval: float
+    scheduler: bool = True
     burst: bool = False
 
     @classmethod

@@ -8,6 +8,7 @@ class Run(models.Model):
     identifier = models.CharField(max_length=255)
     sequence = models.BigIntegerField()
     attempt = models.PositiveIntegerField()
+    slot = models.DateTimeField(null=True)
     node = models.CharField(max_length=200, blank=True)
     started_at = models.DateTimeField()
     pid = models.PositiveIntegerField()

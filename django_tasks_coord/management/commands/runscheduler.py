@@ -83,6 +83,11 @@ class Command(BaseCommand):
             )
         except ConfigurationError as exc:
             raise CommandError(str(exc)) from exc
+        if config.scheduler:
+            from django_tasks_coord.scheduling import declared, runner  # noqa: F401  (jobs consumer)
+
+            declared.autodiscover()
+            declared.sync_declared()
         node = Node(config)
 
         def stop(signum: int, frame: FrameType | None) -> None:

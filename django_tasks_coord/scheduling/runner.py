@@ -1,0 +1,146 @@
+"""Running a job: the consumer of the jobs topic, and the context a job is called with.
+
+A run is a task of topic :data:`JOBS_TOPIC` whose identifier is the job id and whose
+``slot`` is the time it fires for; its payload holds the callable's dotted path and
+arguments as they were when it was submitted.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import cache
+from typing import Any
+
+from django.db.models import F
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from django_tasks_coord import db
+from django_tasks_coord.enums import Decision, ErrorPolicy, Result
+from django_tasks_coord.handlers import TaskType, registry
+from django_tasks_coord.models import PeriodicTask, Task
+from django_tasks_coord.retry import DEFAULT_RETRY, RetryPolicy
+
+logger = logging.getLogger(__name__)
+
+#: The topic every job run is pushed to.
+JOBS_TOPIC = "tasks_coord.jobs"
+#: NOTIFY payload telling schedulers that a schedule changed or a run ended.
+SCHEDULE_CHANGED = "tasks_coord.schedule"
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """What a job is called with (its first argument).
+
+    ``slot`` is the time the run fires for (not when it started); ``attempt`` counts
+    from 1; ``logger`` is named after the job.
+    """
+
+    job_id: str
+    slot: datetime | None
+    attempt: int
+    logger: logging.Logger
+    task: Task
+
+
+def retry_policy(data: dict[str, Any] | None) -> RetryPolicy:
+    """A job's stored retry policy (None: the default policy)."""
+    return RetryPolicy(**data) if data else DEFAULT_RETRY
+
+
+@cache
+def _callable(path: str) -> Any:
+    return import_string(path)
+
+
+def execute_job(task: Task) -> Decision | Result | None:
+    """Call the job of run ``task`` with a :class:`JobContext` and the stored arguments."""
+    payload = task.payload or {}
+    func = _callable(payload["task"])
+    context = JobContext(
+        job_id=task.identifier,
+        slot=task.slot,
+        attempt=task.attempts,
+        logger=logging.getLogger(f"django_tasks_coord.jobs.{task.identifier}"),
+        task=task,
+    )
+    outcome = func(context, *payload.get("args", []), **payload.get("kwargs", {}))
+    return outcome if isinstance(outcome, Decision | Result) else None
+
+
+class JobTaskType(TaskType):
+    """Runs jobs with each job's own retry policy, error policy and fixed-delay rescheduling."""
+
+    def _job(self, task: Task) -> PeriodicTask | None:
+        return PeriodicTask.objects.using(db.alias()).filter(pk=task.identifier).first()
+
+    def max_attempts_for(self, task: Task) -> int:
+        job = self._job(task)
+        return retry_policy(job.retry if job else None).max_attempts
+
+    def retry_at(self, task: Task, decision: Decision, now: datetime) -> datetime | None:
+        """Retry with the job's policy, but never into the job's next slot."""
+        job = self._job(task)
+        policy = retry_policy(job.retry if job else None)
+        if not policy.can_retry(task.attempts):
+            return None
+        at = now + policy.delay(task.attempts)
+        if job is not None and job.nextrun is not None and at >= job.nextrun:
+            logger.info(
+                "Job %s: no retry, it would run into the next slot %s.", job.id, job.nextrun
+            )
+            return None
+        return at
+
+    def on_outcome(self, task: Task, decision: Decision) -> None:
+        """Record the run's outcome on its job; apply the job's error policy and fixed delay."""
+        from django_tasks_coord.scheduling.planner import after_run
+        from django_tasks_coord.scheduling.scheduler import timing_of
+
+        jobs = PeriodicTask.objects.using(db.alias()).filter(pk=task.identifier)
+        job = jobs.first()
+        if job is None:
+            return
+        now = timezone.now()
+        failed = decision.result is Result.FAILURE
+        changes: dict[str, Any] = {
+            "last_outcome": decision.result.state,
+            "last_finished_at": now,
+            "consecutive_failures": F("consecutive_failures") + 1 if failed else 0,
+        }
+        policy = ErrorPolicy.coerce(job.error_policy, "error_policy")
+        if failed and policy.logs:
+            logger.error(
+                "Job %s failed (slot %s, attempt %s): %s\n%s",
+                job.id,
+                task.slot,
+                task.attempts,
+                decision.message or "",
+                task.error or "",
+                extra={"job_id": job.id, "slot": task.slot, "attempt": task.attempts},
+            )
+        if failed and policy.terminates:
+            logger.warning("Job %s unscheduled by its error policy %s.", job.id, policy.name)
+            changes.update(enabled=False, nextrun=None, finished_at=now)
+        elif job.fixed_delay and job.enabled:
+            timing = timing_of(job)
+            interval = timing.timer.period if hasattr(timing.timer, "period") else timedelta(0)
+            nextrun = after_run(timing, interval, now)
+            changes.update(nextrun=nextrun)
+            if nextrun is None:
+                changes.update(enabled=False, finished_at=now)
+        jobs.update(**changes)
+        db.notify(db.connection(), SCHEDULE_CHANGED)
+
+
+#: The consumer of :data:`JOBS_TOPIC`. Errors are handled per job (``on_outcome``), so the
+#: topic-level policy only continues: a failing job never pauses the other jobs.
+job_task_type = registry.add(
+    JOBS_TOPIC,
+    JobTaskType(name=JOBS_TOPIC, func=execute_job, error_policy=ErrorPolicy.CONTINUE),
+)
+
+__all__ = ["JOBS_TOPIC", "SCHEDULE_CHANGED", "JobContext", "JobTaskType", "execute_job"]
