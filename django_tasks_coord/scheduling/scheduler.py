@@ -71,45 +71,89 @@ def next_due() -> datetime | None:
     return due
 
 
+_JOB_FIELDS = ["nextrun", "run_count", "worker", "marked", "last_slot", "enabled", "finished_at"]
+
+
 def submit_due(node: str = "", now: datetime | None = None, limit: int = 500) -> list[Task]:
-    """Submit the runs of every due job (up to ``limit`` jobs); return the run tasks pushed."""
+    """Submit the runs of every due job (up to ``limit`` jobs); return the run tasks pushed.
+
+    One transaction: the due rows are locked (SKIP LOCKED), every job is planned in
+    Python, all runs are inserted with one statement and the jobs updated with one
+    more. If the insert conflicts (a run exists for a slot), the jobs are redone one
+    by one so that only the conflicting job skips its slot.
+    """
     using, conn = db.alias(), db.connection()
     now = now or timezone.now()
     if jobs_paused():
         return []
-    submitted: list[Task] = []
     with db.write_transaction():
-        due = (
+        due = list(
             PeriodicTask.objects.using(using)
             .filter(schedulable(), nextrun__lte=now)
+            .annotate(run_in_flight=_run_in_flight())
             .order_by("nextrun")
             .select_for_update(**db.lock_kwargs(conn))[:limit]
         )
-        for job in due:
-            submitted.extend(_submit(job, node, now, using))
-        if submitted:
+        planned = [(job, _plan_job(job, now)) for job in due]
+        runs = [task for _, tasks in planned for task in tasks]
+        try:
+            with db.write_transaction():
+                created = _insert(runs, using) if runs else []
+        except IntegrityError:
+            created = []
+            for job, tasks in planned:
+                created.extend(_insert_one_job(job, tasks, using))
+        for job, _ in planned:
+            job.worker, job.marked = node, now
+        if planned:
+            jobs = [job for job, _ in planned]
+            PeriodicTask.objects.using(using).bulk_update(jobs, [*_JOB_FIELDS, "updated_at"])
+        if created:
             db.notify(conn, JOBS_TOPIC)
-    return submitted
+    for task in created:
+        logger.info(
+            "Job %s: submitted the run for slot %s.",
+            task.identifier,
+            task.slot,
+            extra={"job_id": task.identifier},
+        )
+    return created
 
 
-def _submit(job: PeriodicTask, node: str, now: datetime, using: str) -> list[Task]:
+def _insert_one_job(job: PeriodicTask, tasks: list[Task], using: str) -> list[Task]:
+    try:
+        with db.write_transaction():
+            return _insert(tasks, using) if tasks else []
+    except IntegrityError:
+        logger.error(
+            "Job %s: a run for slot(s) %s exists already; not submitted twice.",
+            job.id,
+            [t.slot for t in tasks],
+        )
+        job.run_count -= len(tasks)
+        return []
+
+
+def _plan_job(job: PeriodicTask, now: datetime) -> list[Task]:
+    """Plan one due job: update the row in memory and return the runs to insert."""
+    job.updated_at = now
     try:
         timing = timing_of(job)
     except ValueError as exc:  # a timer that no longer parses (code changed): disable, don't crash
         logger.error("Job %s disabled: its timer %r does not parse: %s", job.id, job.timer, exc)
         job.enabled, job.nextrun = False, None
-        job.save(using=using, update_fields=["enabled", "nextrun", "updated_at"])
         return []
     assert job.nextrun is not None
     decision = plan(timing, job.nextrun, now)
-    runs, nextrun, finished = decision.submit, decision.nextrun, decision.finished
-    if runs and not job.allow_overlap and _has_run_in_flight(job, using):
-        # IGNORE / LOG_AND_IGNORE: the previous run is still going; these slots are skipped.
+    slots, nextrun, finished = decision.submit, decision.nextrun, decision.finished
+    if slots and not job.allow_overlap and getattr(job, "run_in_flight", False):
+        # IGNORE / LOG_AND_IGNORE (WAIT jobs are not due while a run is in flight):
+        # the previous run is still going, so these slots are skipped.
         if job.waiting_policy == WaitingPolicy.LOG_AND_IGNORE.value:
             logger.warning(
-                "Job %s: slot %s skipped, the previous run has not finished.", job.id, runs[-1]
+                "Job %s: slot %s skipped, the previous run has not finished.", job.id, slots[-1]
             )
-        runs, nextrun, finished = [], decision.following, decision.following is None
+        slots, nextrun, finished = [], decision.following, decision.following is None
     if decision.dropped:
         logger.warning(
             "Job %s: %s missed slot(s) not run (missed-slot policy %s), e.g. %s.",
@@ -119,54 +163,23 @@ def _submit(job: PeriodicTask, node: str, now: datetime, using: str) -> list[Tas
             ", ".join(s.isoformat() for s in decision.dropped_slots[-3:]),
             extra={"job_id": job.id},
         )
-    tasks = [
+    job.nextrun = nextrun
+    job.run_count += len(slots)
+    if slots:
+        job.last_slot = slots[-1]
+    if finished:
+        job.enabled, job.finished_at = False, now
+    payload = {"task": job.task, "args": job.args, "kwargs": job.kwargs}
+    return [
         Task(
             topic_id=JOBS_TOPIC,
             identifier=job.id,
             slot=slot,
             priority=job.priority,
-            payload={"task": job.task, "args": job.args, "kwargs": job.kwargs},
+            payload=payload,
         )
-        for slot in runs
+        for slot in slots
     ]
-    try:
-        with db.write_transaction():
-            created = _insert(tasks, using) if tasks else []
-    except IntegrityError:
-        logger.error(
-            "Job %s: a run for slot(s) %s exists already; not submitted twice.", job.id, runs
-        )
-        created = []
-    job.nextrun = nextrun
-    job.run_count += len(created)
-    job.worker, job.marked = node, now
-    if created:
-        job.last_slot = created[-1].slot
-    if finished:
-        job.enabled, job.finished_at = False, now
-    job.save(
-        using=using,
-        update_fields=[
-            "nextrun",
-            "run_count",
-            "worker",
-            "marked",
-            "last_slot",
-            "enabled",
-            "finished_at",
-            "updated_at",
-        ],
-    )
-    for task in created:
-        logger.info(
-            "Job %s: submitted the run for slot %s.", job.id, task.slot, extra={"job_id": job.id}
-        )
-    return created
-
-
-def _has_run_in_flight(job: PeriodicTask, using: str) -> bool:
-    runs = Task.objects.using(using).filter(topic_id=JOBS_TOPIC, identifier=job.id)
-    return runs.filter(state__lt=COMPLETED_MIN).exists()
 
 
 def running_jobs() -> list[str]:
