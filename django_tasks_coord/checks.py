@@ -25,3 +25,22 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             )
         ]
     return []
+
+
+@register()
+def check_declared_jobs(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """``tasks_coord.E002``: a job declared with ``@scheduling.job`` cannot be imported by its path.
+
+    (A declared timer that does not parse fails at import, with the parser's message.)
+    """
+    from django_tasks_coord.scheduling import declared
+
+    declared.autodiscover()
+    return [
+        Error(
+            f"Declared job {name!r}: {problem}.",
+            hint="Declare jobs on module-level functions of an importable module (an app's jobs.py).",
+            id="tasks_coord.E002",
+        )
+        for name, problem in declared.problems()
+    ]

@@ -28,6 +28,7 @@ def test_unknown_keys_are_refused_by_name():
     assert "LIVENESS_INTERVAL" in str(info.value)
 
 
+@pytest.mark.django_db  # model checks ask the database about JSON support
 def test_system_check_reports_a_bad_setting():
     with override_settings(TASKS_COORD=["not", "a", "dict"]):
         errors = [m for m in checks.run_checks() if m.id == "tasks_coord.E001"]
@@ -35,5 +36,6 @@ def test_system_check_reports_a_bad_setting():
     assert "must be a dict" in errors[0].msg
 
 
+@pytest.mark.django_db
 def test_system_check_is_quiet_when_settings_are_fine():
     assert not [m for m in checks.run_checks() if m.id.startswith("tasks_coord.")]
