@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db import models
+from django.db import IntegrityError, models
 from django.db.models import Count, Exists, F, Max, Min, OuterRef, Q, Subquery
 from django.utils import timezone
 
@@ -335,9 +335,36 @@ def poll(
         )
     name = _topic_name(topic)
     using, conn = db.alias(), db.connection()
+    # The heartbeat is its own statement, not part of the claim: a process frozen in the
+    # middle of a claim must not keep its owner row locked (expire skips locked owners).
+    if owner is not None and not heartbeat(owner):
+        raise OwnerExpiredError(f"Owner {owner.name!r} was declared dead; register again.")
+    try:
+        tasks = _claim(name, limit, order, condition, owner, using, conn)
+    except IntegrityError as exc:  # the owner was deleted (declared dead) while we claimed
+        if owner is not None and not Owner.objects.using(using).filter(pk=owner.pk).exists():
+            raise OwnerExpiredError(
+                f"Owner {owner.name!r} was declared dead; register again."
+            ) from exc
+        raise
+    for task in tasks:
+        task.state, task.owner = TaskState.ACTIVE, owner
+        task.attempts += 1
+        task.finished_at = None
+    return tasks
+
+
+def _claim(
+    name: str,
+    limit: int,
+    order: Order,
+    condition: Condition | None,
+    owner: Owner | None,
+    using: str,
+    conn: Any,
+) -> list[Task]:
+    """Lock up to ``limit`` due tasks (skipping locked ones) and mark them ACTIVE for ``owner``."""
     with db.write_transaction():
-        if owner is not None and not heartbeat(owner):
-            raise OwnerExpiredError(f"Owner {owner.name!r} was declared dead; register again.")
         qs: models.QuerySet[Task] = Task.objects.using(using).for_topic(name).due()
         if condition is not None:
             qs = _apply_condition(qs, condition)
@@ -356,14 +383,7 @@ def poll(
             finished_at=None,
         )
     for task in tasks:
-        task.state, task.owner, task.exec_id, task.started_at = (
-            TaskState.ACTIVE,
-            owner,
-            exec_id,
-            now,
-        )
-        task.attempts += 1
-        task.finished_at = None
+        task.exec_id, task.started_at = exec_id, now
     return tasks
 
 
