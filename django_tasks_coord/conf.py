@@ -47,6 +47,8 @@ DEFAULTS: dict[str, Any] = {
     "REAP_INTERVAL": 5.0,
     # runscheduler: run the job scheduler (submitting due slots of periodic jobs) in this node.
     "SCHEDULER": True,
+    # runscheduler: coordination group for warm backup (leader-only jobs); None: no group.
+    "GROUP": None,
 }
 
 

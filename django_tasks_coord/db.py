@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 from django.db import connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 from django.db.backends.ddl_references import Statement
+from django.db.models.functions import Now
 
 from django_tasks_coord.conf import app_settings
 
@@ -62,6 +64,11 @@ def serialize_claims(conn: BaseDatabaseWrapper) -> None:
     with conn.cursor() as cursor:
         table = conn.ops.quote_name(Topic._meta.db_table)
         cursor.execute(f"UPDATE {table} SET paused = paused WHERE 1 = 0")
+
+
+def ago(delta: timedelta) -> models.Expression:
+    """``NOW() - delta`` on the database clock (heartbeats are compared with it)."""
+    return models.ExpressionWrapper(Now() - delta, output_field=models.DateTimeField())
 
 
 #: The PostgreSQL channel on which new or newly due work is announced; the payload is the topic.

@@ -111,6 +111,15 @@ class JobDefinitionError(JobError, InvalidArgumentError):
     """
 
 
+class FencedError(TasksCoordError):
+    """This node's term as its group's leader has ended: another node holds the token now.
+
+    Raised by fenced writes (``ctx.fenced()``, ``coordination.fenced``) so that a
+    deposed leader (paused, partitioned) cannot act as leader any more. Do not retry:
+    the new leader runs the work.
+    """
+
+
 class TimerError(TasksCoordError, ValueError):
     """A timer specification (cron, calendar event, interval, datetime) is invalid.
 

@@ -107,6 +107,10 @@ class TaskType:
             return None
         return now + self.retry.delay(task.attempts)
 
+    def may_complete(self, task: Task) -> bool:
+        """Whether the node may write ``task``'s outcome (a fencing hook; always True here)."""
+        return True
+
     def on_outcome(self, task: Task, decision: Decision) -> None:
         """Called by the node once ``task``'s completion is written (any result). No-op here."""
 

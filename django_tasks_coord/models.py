@@ -154,6 +154,12 @@ class Task(models.Model):
         blank=True,
         help_text=_("For a scheduled job's run: the time slot it fires for."),
     )
+    term = models.PositiveBigIntegerField(
+        _("term"),
+        null=True,
+        blank=True,
+        help_text=_("For a leader-only run: the term of the leader that claimed it (fencing)."),
+    )
     recreated = models.BooleanField(_("recreated"), default=False)
     original = models.ForeignKey(
         "self",
@@ -253,6 +259,11 @@ class PeriodicTask(models.Model):
     kind = models.CharField(_("kind"), max_length=16, choices=JobKind.choices)
     task = models.CharField(_("callable"), max_length=255, help_text=_("Dotted path of the job."))
     group = models.CharField(_("group"), max_length=100, blank=True, default="")
+    leader_only = models.BooleanField(
+        _("leader only"),
+        default=False,
+        help_text=_("Runs only on the node holding its group's token (warm backup)."),
+    )
     args = models.JSONField(_("arguments"), default=list, blank=True)
     kwargs = models.JSONField(_("keyword arguments"), default=dict, blank=True)
     priority = models.SmallIntegerField(_("priority"), default=0)
@@ -310,7 +321,56 @@ class PeriodicTask(models.Model):
                 | models.Q(end_time__gte=models.F("start_time")),
                 name="periodic_task_end_after_start",
             ),
+            models.CheckConstraint(
+                condition=models.Q(leader_only=False) | ~models.Q(group=""),
+                name="periodic_task_leader_only_has_group",
+            ),
         ]
 
     def __str__(self) -> str:
         return self.id
+
+
+class TokenHolder(models.Model):
+    """Who holds a coordination group's token (its leader), and under which term.
+
+    ``term`` only grows: every takeover increments it, so a deposed holder finds its
+    term outdated (fencing). ``task_id`` is the holder's node id; empty while
+    nobody holds the token (after a voluntary release).
+    """
+
+    group_id = models.CharField(_("group"), max_length=100, primary_key=True)
+    task_id = models.CharField(_("holder (node id)"), max_length=200, blank=True, default="")
+    term = models.PositiveBigIntegerField(_("term"), default=0)
+    acquired_at = models.DateTimeField(_("acquired at"), null=True, blank=True)
+    released_at = models.DateTimeField(_("released at"), null=True, blank=True)
+
+    class Meta:
+        db_table = "token_holder"
+        verbose_name = _("token holder")
+        verbose_name_plural = _("token holders")
+        ordering = ["group_id"]
+
+    def __str__(self) -> str:
+        return f"{self.group_id}: {self.task_id or '-'} (term {self.term})"
+
+
+class HealthCheck(models.Model):
+    """A node's membership of a coordination group and its last heartbeat (database clock)."""
+
+    task_id = models.CharField(_("node id"), max_length=200)
+    group_id = models.CharField(_("group"), max_length=100)
+    last_heartbeat = models.DateTimeField(_("last heartbeat"), db_default=Now())
+
+    class Meta:
+        db_table = "health_check"
+        verbose_name = _("health check")
+        verbose_name_plural = _("health checks")
+        ordering = ["group_id", "task_id"]
+        constraints = [
+            models.UniqueConstraint(fields=["task_id", "group_id"], name="health_check_node_group")
+        ]
+        indexes = [models.Index(fields=["group_id", "last_heartbeat"], name="health_check_group")]
+
+    def __str__(self) -> str:
+        return f"{self.task_id}@{self.group_id}"

@@ -32,8 +32,7 @@ def default_owner_name() -> str:
 def _older_than(bound: timedelta) -> models.Q:
     if not isinstance(bound, timedelta) or bound < timedelta(0):
         raise InvalidArgumentError(f"older_than must be a non-negative timedelta, not {bound!r}.")
-    cutoff = models.ExpressionWrapper(Now() - bound, output_field=models.DateTimeField())
-    return models.Q(heartbeat__lt=cutoff)
+    return models.Q(heartbeat__lt=db.ago(bound))
 
 
 def register_owner(

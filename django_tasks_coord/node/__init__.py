@@ -26,13 +26,14 @@ from django.db import DatabaseError, connections
 from django.db.models import Min
 from django.utils import timezone
 
-from django_tasks_coord import db, owners, queue
+from django_tasks_coord import db, owners, queue, topics
 from django_tasks_coord.enums import Decision, Result, TaskState, WaitingPolicy
 from django_tasks_coord.exceptions import OwnerExpiredError, TasksCoordError
 from django_tasks_coord.handlers import HandlerNotFoundError, Registry, TaskType, registry
 from django_tasks_coord.models import Owner, Task, Topic
 from django_tasks_coord.node.completer import Completer
 from django_tasks_coord.node.config import NodeConfig
+from django_tasks_coord.node.leadership import Leadership
 from django_tasks_coord.node.pool import Job, WorkerPool
 from django_tasks_coord.node.wakeup import Listener, listen_supported
 
@@ -63,6 +64,8 @@ class Node:
         self._force = threading.Event()
         self._wakeup = threading.Event()
         self._schedule_changed = threading.Event()
+        self._lifeline_wake = threading.Event()
+        self.leadership: Leadership | None = None
         self._in_flight = 0
         self._in_flight_lock = threading.Lock()
         self._topics: list[str] = []
@@ -84,6 +87,8 @@ class Node:
             ", ".join(self.config.topics or sorted(self.handlers.consumers())) or "none",
             extra={"node": self.owner.name},
         )
+        if self.config.group:
+            self._join_group(self.config.group)
         self._pool = WorkerPool(self.config.workers)
         self._completer = Completer(self, self._stopping)
         self._completer.start()
@@ -96,6 +101,33 @@ class Node:
             self._shutdown()
         return self.exit_code
 
+    def _join_group(self, group: str) -> None:
+        from django_tasks_coord.scheduling.runner import group_topic, job_task_type
+
+        assert self.owner is not None
+        topics.register_topic(group_topic(group))
+        self.handlers.add(group_topic(group), job_task_type)
+        self.leadership = Leadership(
+            group,
+            self.owner.name,
+            liveness=self.config.liveness_interval,
+            heartbeat=self.config.heartbeat_frequency,
+            on_change=self._leadership_changed,
+        )
+        self.leadership.start()
+
+    def _leadership_changed(self, term: int | None) -> None:
+        self._topics_checked = 0.0  # re-read the topics now: the group topic comes or goes
+        self._wakeup.set()
+
+    def _leader_topic(self) -> str | None:
+        """The group topic this node must process now (it leads its group), if any."""
+        from django_tasks_coord.scheduling.runner import group_topic
+
+        if self.leadership is None or self.leadership.valid_term() is None:
+            return None
+        return group_topic(self.leadership.group)
+
     def request_stop(self) -> None:
         """Stop gracefully; called a second time, stop at once (claims are still released)."""
         if self._stopping.is_set():
@@ -107,6 +139,7 @@ class Node:
             )
         self._stopping.set()
         self._wakeup.set()
+        self._lifeline_wake.set()
 
     @property
     def stopping(self) -> bool:
@@ -120,10 +153,13 @@ class Node:
     def wake(self, topic: str | None = None) -> None:
         """Make the dispatcher look for work now (a NOTIFY, a freed worker), or the scheduler
         look at the schedules (``topic`` is ``SCHEDULE_CHANGED``)."""
+        from django_tasks_coord.coordination import RELEASED
         from django_tasks_coord.scheduling.runner import SCHEDULE_CHANGED
 
         if topic == SCHEDULE_CHANGED:
             self._schedule_changed.set()
+        elif topic is not None and topic.startswith(RELEASED):
+            self._lifeline_wake.set()  # a token was released: try to take it now
         elif topic is None or topic in self._topics:
             self._wakeup.set()
 
@@ -161,11 +197,21 @@ class Node:
             if free <= 0 or self._stopping.is_set():
                 break
             tasks = queue.poll(topic, min(free, self.config.batch_size), owner=self.owner)
+            if tasks and topic == self._leader_topic():
+                self._stamp_term(tasks)
             if tasks:
                 self._add_in_flight(len(tasks))
                 claimed += len(tasks)
                 self._submit(topic, tasks)
         return claimed
+
+    def _stamp_term(self, tasks: list[Task]) -> None:
+        """Record on leader-only runs the term they were claimed under (fencing)."""
+        assert self.leadership is not None
+        term = self.leadership.valid_term()
+        Task.objects.using(db.alias()).filter(pk__in=[t.pk for t in tasks]).update(term=term)
+        for task in tasks:
+            task.term = term
 
     def _submit(self, topic: str, tasks: list[Task]) -> None:
         assert self._pool is not None
@@ -238,7 +284,14 @@ class Node:
         retry_at = None
         if not final and task_type is not None and decision.result is Result.FAILURE:
             retry_at = task_type.retry_at(task, decision, timezone.now())
-        if retry_at is not None and task_type is not None:
+        if task.is_completed:  # the handler completed it in its own transaction (fenced run)
+            self._completer.put(task_type, task, decision)
+        elif task_type is not None and not task_type.may_complete(task):
+            logger.warning(
+                "Not completing %s: this node no longer leads under term %s.", task, task.term
+            )
+            self._release([task], refund_attempt=False)
+        elif retry_at is not None and task_type is not None:
             self._retry(task_type, task, decision, retry_at)
         else:
             self._completer.put(task_type, task, decision)
@@ -297,7 +350,16 @@ class Node:
         now = time.monotonic()
         if self._topics_checked and now - self._topics_checked < self.config.poll_interval:
             return
-        wanted = self.config.topics or tuple(self.handlers.consumers())
+        from django_tasks_coord.scheduling.runner import GROUP_TOPIC_PREFIX
+
+        wanted = [
+            topic
+            for topic in self.config.topics or self.handlers.consumers()
+            if not topic.startswith(GROUP_TOPIC_PREFIX)  # only while leading, below
+        ]
+        leader_topic = self._leader_topic()
+        if leader_topic is not None:
+            wanted.append(leader_topic)
         active = Topic.objects.using(db.alias()).filter(name__in=wanted, paused=False)
         topics = sorted(active.values_list("name", flat=True))
         if topics != self._topics:
@@ -354,9 +416,15 @@ class Node:
         """Heartbeat every HEARTBEAT_FREQUENCY, reap dead owners, print the status line."""
         assert self.owner is not None
         last_beat = last_reap = last_status = time.monotonic()
-        while not self._stopping.wait(self.config.heartbeat_frequency):
+        while not self._stopping.is_set():
+            self._lifeline_wake.wait(self.config.heartbeat_frequency)
+            self._lifeline_wake.clear()
+            if self._stopping.is_set():
+                return
             now = time.monotonic()
             try:
+                if self.leadership is not None:
+                    self.leadership.beat()
                 if not owners.heartbeat(self.owner):
                     if not self._stopping.is_set():
                         self._lost_ownership()
@@ -445,6 +513,8 @@ class Node:
             tasks = [task for job in still_running for task in job.payload]
             logger.warning("Releasing %s task(s) still running at shutdown.", len(tasks))
             self._release(tasks, refund_attempt=False)
+        if self.leadership is not None and not lost:
+            self.leadership.stop()
         if self.owner is not None and not lost:
             owners.unregister_owner(self.owner)
         logger.info(

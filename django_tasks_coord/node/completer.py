@@ -84,7 +84,12 @@ class Completer(threading.Thread):
     def _write(self, batch: list[Item]) -> None:
         groups: dict[tuple[Result, str | None], list[Item]] = defaultdict(list)
         singles: list[Item] = []
+        done_in_band = [item for item in batch if item[1].is_completed]
+        if done_in_band:  # completed by the handler itself (a fenced job run)
+            self._completed(done_in_band)
         for item in batch:
+            if item[1].is_completed:
+                continue
             decision = item[2]
             if decision.exception is None:
                 groups[(decision.result, decision.message)].append(item)

@@ -26,6 +26,7 @@ class NodeConfig:
     heartbeat_frequency: float
     liveness_interval: float
     scheduler: bool = True
+    group: str | None = None
     burst: bool = False
 
     @classmethod

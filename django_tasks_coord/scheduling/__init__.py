@@ -36,7 +36,12 @@ from django_tasks_coord.models import CatchUp, JobKind, PeriodicTask
 from django_tasks_coord.retry import RetryPolicy
 from django_tasks_coord.scheduling.declared import job, sync_declared
 from django_tasks_coord.scheduling.planner import first_slot
-from django_tasks_coord.scheduling.runner import JOBS_TOPIC, SCHEDULE_CHANGED, JobContext
+from django_tasks_coord.scheduling.runner import (
+    JOBS_TOPIC,
+    SCHEDULE_CHANGED,
+    JobContext,
+    group_topic,
+)
 from django_tasks_coord.scheduling.scheduler import running_jobs, timing_of
 from django_tasks_coord.timers import Interval, OneTime, Timer, parse
 from django_tasks_coord.timers.base import get_zone, zone_name
@@ -103,6 +108,7 @@ def job_fields(
     kwargs: dict[str, Any] | None = None,
     priority: int = 0,
     group: str = "",
+    leader_only: bool = False,
     max_count: int = -1,
     start_time: datetime | None = None,
     end_time: datetime | None = None,
@@ -126,6 +132,8 @@ def job_fields(
     if not isinstance(job_id, str) or not 0 < len(job_id) <= 200:
         raise InvalidArgumentError(f"job_id must be a str of 1 to 200 characters, not {job_id!r}.")
     start_time, end_time = _when(start_time, "start_time"), _when(end_time, "end_time")
+    if leader_only and not group:
+        raise JobDefinitionError(f"Job {job_id!r} is leader-only but names no group.")
     if start_time and end_time and end_time < start_time:
         raise JobDefinitionError(
             f"Job {job_id!r}: end_time {end_time} is before start_time {start_time}."
@@ -150,6 +158,7 @@ def job_fields(
         "kwargs": dict(kwargs or {}),
         "priority": priority,
         "group": group,
+        "leader_only": bool(leader_only),
         "max_count": max_count,
         "start_time": start_time,
         "end_time": end_time,
@@ -181,7 +190,7 @@ def save_job(job: JobRef, kind: JobKind, timer: Timer, **options: Any) -> str:
     fields["nextrun"] = row.nextrun
     using = db.alias()
     with db.write_transaction():
-        topics.register_topic(JOBS_TOPIC)
+        topics.register_topic(group_topic(row.group) if row.leader_only else JOBS_TOPIC)
         PeriodicTask.objects.using(using).update_or_create(id=job_id, defaults=fields)
         db.notify(db.connection(), SCHEDULE_CHANGED)
     return job_id

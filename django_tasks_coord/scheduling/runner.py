@@ -8,7 +8,9 @@ arguments as they were when it was submitted.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from functools import cache
 from typing import Any
@@ -17,10 +19,11 @@ from django.db.models import F
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from django_tasks_coord import db
-from django_tasks_coord.enums import Decision, ErrorPolicy, Result
+from django_tasks_coord import coordination, db
+from django_tasks_coord.enums import Decision, ErrorPolicy, Result, TaskState
+from django_tasks_coord.exceptions import FencedError, InvalidArgumentError
 from django_tasks_coord.handlers import TaskType, registry
-from django_tasks_coord.models import PeriodicTask, Task
+from django_tasks_coord.models import Owner, PeriodicTask, Task
 from django_tasks_coord.retry import DEFAULT_RETRY, RetryPolicy
 
 logger = logging.getLogger(__name__)
@@ -29,6 +32,18 @@ logger = logging.getLogger(__name__)
 JOBS_TOPIC = "tasks_coord.jobs"
 #: NOTIFY payload telling schedulers that a schedule changed or a run ended.
 SCHEDULE_CHANGED = "tasks_coord.schedule"
+#: Runs of a group's leader-only jobs go to ``GROUP_TOPIC_PREFIX + group``.
+GROUP_TOPIC_PREFIX = "tasks_coord.group."
+
+
+def group_topic(group: str) -> str:
+    """The topic of ``group``'s leader-only runs, processed only by the group's leader."""
+    return GROUP_TOPIC_PREFIX + group
+
+
+def group_of(topic: str) -> str | None:
+    """The group whose leader topic ``topic`` is, or None."""
+    return topic[len(GROUP_TOPIC_PREFIX) :] if topic.startswith(GROUP_TOPIC_PREFIX) else None
 
 
 @dataclass(frozen=True)
@@ -36,7 +51,10 @@ class JobContext:
     """What a job is called with (its first argument).
 
     ``slot`` is the time the run fires for (not when it started); ``attempt`` counts
-    from 1; ``logger`` is named after the job.
+    from 1; ``logger`` is named after the job. For a leader-only job, ``group``,
+    ``node_id`` and ``term`` say under which leadership it runs: wrap side effects
+    in :meth:`fenced` (or call :meth:`still_leader` before them) so that a deposed
+    leader cannot perform them.
     """
 
     job_id: str
@@ -44,11 +62,59 @@ class JobContext:
     attempt: int
     logger: logging.Logger
     task: Task
+    group: str | None = None
+    node_id: str | None = None
+    term: int | None = None
+
+    def still_leader(self) -> bool:
+        """Whether this node still leads the job's group under :attr:`term` (always True otherwise)."""
+        if self.group is None or self.node_id is None or self.term is None:
+            return True
+        return coordination.is_current(self.group, self.node_id, self.term)
+
+    @contextmanager
+    def fenced(self) -> Iterator[None]:
+        """The run's commit point: a transaction for its side effects that also completes it.
+
+        It goes ahead only while this node still leads the group under :attr:`term`
+        *and* still holds this run (it was not handed to another node meanwhile);
+        otherwise :class:`~django_tasks_coord.exceptions.FencedError` is raised
+        before the block runs. When the block ends without an exception, the run is
+        marked SUCCEEDED in the same transaction as your writes, so a slot's fenced
+        side effects commit at most once, whatever happens to this node. Use it once
+        per run, for the last step. Only leader-only jobs are fenced.
+        """
+        if self.group is None or self.node_id is None or self.term is None:
+            raise InvalidArgumentError(
+                f"Job {self.job_id!r} is not leader-only: it has no term to fence with."
+            )
+        with coordination.fenced(self.group, self.node_id, self.term):
+            run = (
+                Task.objects.using(db.alias())
+                .select_for_update()
+                .filter(pk=self.task.pk, state=TaskState.ACTIVE, exec_id=self.task.exec_id)
+            )
+            if not run.exists():
+                raise FencedError(
+                    f"Run #{self.task.pk} of job {self.job_id!r} is no longer held by {self.node_id}: "
+                    "it was handed to another node."
+                )
+            yield
+            finished = timezone.now()
+            run.update(state=TaskState.SUCCEEDED, finished_at=finished, owner=None)
+            self.task.state, self.task.finished_at = TaskState.SUCCEEDED, finished
 
 
 def retry_policy(data: dict[str, Any] | None) -> RetryPolicy:
     """A job's stored retry policy (None: the default policy)."""
     return RetryPolicy(**data) if data else DEFAULT_RETRY
+
+
+def _owner_name(task: Task) -> str | None:
+    if task.owner_id is None:
+        return None
+    owners = Owner.objects.using(db.alias()).filter(pk=task.owner_id)
+    return owners.values_list("name", flat=True).first()
 
 
 @cache
@@ -67,6 +133,9 @@ def execute_job(task: Task) -> Decision | Result | None:
         logger=logging.getLogger(f"django_tasks_coord.jobs.{task.identifier}"),
         task=task,
     )
+    group = group_of(task.topic_id)
+    if group is not None:
+        context = replace(context, group=group, node_id=_owner_name(task), term=task.term)
     outcome = func(context, *payload.get("args", []), **payload.get("kwargs", {}))
     return outcome if isinstance(outcome, Decision | Result) else None
 
@@ -94,6 +163,14 @@ class JobTaskType(TaskType):
             )
             return None
         return at
+
+    def may_complete(self, task: Task) -> bool:
+        """A leader-only run is completed only while its node still leads under the run's term."""
+        group = group_of(task.topic_id)
+        if group is None or task.term is None:
+            return True
+        node_id = _owner_name(task)
+        return node_id is not None and coordination.is_current(group, node_id, task.term)
 
     def on_outcome(self, task: Task, decision: Decision) -> None:
         """Record the run's outcome on its job; apply the job's error policy and fixed delay."""
@@ -143,4 +220,13 @@ job_task_type = registry.add(
     JobTaskType(name=JOBS_TOPIC, func=execute_job, error_policy=ErrorPolicy.CONTINUE),
 )
 
-__all__ = ["JOBS_TOPIC", "SCHEDULE_CHANGED", "JobContext", "JobTaskType", "execute_job"]
+__all__ = [
+    "GROUP_TOPIC_PREFIX",
+    "JOBS_TOPIC",
+    "SCHEDULE_CHANGED",
+    "JobContext",
+    "JobTaskType",
+    "execute_job",
+    "group_of",
+    "group_topic",
+]

@@ -13,7 +13,8 @@ import logging
 from datetime import datetime
 
 from django.db import IntegrityError
-from django.db.models import Exists, Min, OuterRef, Q
+from django.db.models import CharField, Exists, Min, OuterRef, Q, Value
+from django.db.models.functions import Concat
 from django.utils import timezone
 
 from django_tasks_coord import db
@@ -21,7 +22,7 @@ from django_tasks_coord.enums import COMPLETED_MIN, TaskState, WaitingPolicy
 from django_tasks_coord.models import CatchUp, JobKind, PeriodicTask, Task, Topic
 from django_tasks_coord.queue import _insert
 from django_tasks_coord.scheduling.planner import JobTiming, plan
-from django_tasks_coord.scheduling.runner import JOBS_TOPIC
+from django_tasks_coord.scheduling.runner import GROUP_TOPIC_PREFIX, JOBS_TOPIC, group_topic
 from django_tasks_coord.timers import Interval, parse
 
 logger = logging.getLogger(__name__)
@@ -45,10 +46,15 @@ def timing_of(job: PeriodicTask) -> JobTiming:
     )
 
 
+def run_topic(job: PeriodicTask) -> str:
+    """The topic a job's runs go to: its group's leader topic for leader-only jobs."""
+    return group_topic(job.group) if job.leader_only else JOBS_TOPIC
+
+
 def _run_in_flight() -> Exists:
-    return Exists(
-        Task.objects.filter(topic_id=JOBS_TOPIC, identifier=OuterRef("id"), state__lt=COMPLETED_MIN)
-    )
+    runs = Task.objects.filter(identifier=OuterRef("id"), state__lt=COMPLETED_MIN)
+    leader_topic = Concat(Value(GROUP_TOPIC_PREFIX), OuterRef("group"), output_field=CharField())
+    return Exists(runs.filter(Q(topic_id=JOBS_TOPIC) | Q(topic_id=leader_topic)))
 
 
 def schedulable() -> Q:
@@ -108,8 +114,8 @@ def submit_due(node: str = "", now: datetime | None = None, limit: int = 500) ->
         if planned:
             jobs = [job for job, _ in planned]
             PeriodicTask.objects.using(using).bulk_update(jobs, [*_JOB_FIELDS, "updated_at"])
-        if created:
-            db.notify(conn, JOBS_TOPIC)
+        for topic in {task.topic_id for task in created}:
+            db.notify(conn, topic)
     for task in created:
         logger.info(
             "Job %s: submitted the run for slot %s.",
@@ -172,7 +178,7 @@ def _plan_job(job: PeriodicTask, now: datetime) -> list[Task]:
     payload = {"task": job.task, "args": job.args, "kwargs": job.kwargs}
     return [
         Task(
-            topic_id=JOBS_TOPIC,
+            topic_id=run_topic(job),
             identifier=job.id,
             slot=slot,
             priority=job.priority,
@@ -185,7 +191,8 @@ def _plan_job(job: PeriodicTask, now: datetime) -> list[Task]:
 def running_jobs() -> list[str]:
     """Ids of the jobs with a run in progress on any node."""
     runs = Task.objects.using(db.alias()).filter(
-        topic_id=JOBS_TOPIC, state__in=(TaskState.ACTIVE, TaskState.REQUESTED)
+        Q(topic_id=JOBS_TOPIC) | Q(topic__name__startswith=GROUP_TOPIC_PREFIX),
+        state__in=(TaskState.ACTIVE, TaskState.REQUESTED),
     )
     return sorted(set(runs.values_list("identifier", flat=True)))
 

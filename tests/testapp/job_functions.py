@@ -28,3 +28,21 @@ def record(ctx, *args, **kwargs):
 
 def noop(ctx):
     return None
+
+
+def fenced_record(ctx, sleep=0.0):
+    """A leader-only job whose only side effect (a Run row with its term) is fenced."""
+    if sleep:
+        time.sleep(sleep)  # simulated work before the side effect
+    with ctx.fenced():
+        Run.objects.create(
+            topic="leader",
+            identifier=ctx.job_id,
+            sequence=ctx.task.sequence,
+            attempt=ctx.attempt,
+            slot=ctx.slot,
+            term=ctx.term,
+            node=ctx.node_id or "",
+            started_at=timezone.now(),
+            pid=os.getpid(),
+        )

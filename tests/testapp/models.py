@@ -9,6 +9,7 @@ class Run(models.Model):
     sequence = models.BigIntegerField()
     attempt = models.PositiveIntegerField()
     slot = models.DateTimeField(null=True)
+    term = models.PositiveBigIntegerField(null=True)
     node = models.CharField(max_length=200, blank=True)
     started_at = models.DateTimeField()
     pid = models.PositiveIntegerField()

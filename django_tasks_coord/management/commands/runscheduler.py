@@ -48,6 +48,9 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--node-id", help="This node's unique id (default: host:pid:random).")
         parser.add_argument(
+            "--group", help="Coordination group for warm backup (TASKS_COORD['GROUP'])."
+        )
+        parser.add_argument(
             "--workers", type=positive_int, help="Worker threads (TASKS_COORD['WORKERS'])."
         )
         parser.add_argument(
@@ -74,6 +77,7 @@ class Command(BaseCommand):
         try:
             config = NodeConfig.from_settings(
                 node_id=options["node_id"],
+                group=options["group"],
                 workers=options["workers"],
                 topics=options["topics"],
                 batch_size=options["batch_size"],

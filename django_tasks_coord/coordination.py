@@ -1,0 +1,174 @@
+"""Warm backup: one leader per coordination group, elected through ``token_holder``.
+
+Every node of a group heartbeats its ``health_check`` row. The token holder is the
+leader; when its heartbeat is older than the liveness interval (database clock), a
+standby takes the token and the term increments, inside a transaction that locks the
+``token_holder`` row, so two candidates never both win. A deposed leader finds its
+term outdated: :func:`fenced` refuses its writes.
+
+::
+
+    from django_tasks_coord import coordination
+
+    coordination.join("billing", "node-1")
+    term = coordination.try_acquire("billing", "node-1", liveness=timedelta(seconds=30))
+    with coordination.fenced("billing", "node-1", term):
+        ...  # writes that must only happen while node-1 is still the leader
+    coordination.leader("billing")   # Leader(node_id='node-1', term=3, last_heartbeat=...)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import IntegrityError
+from django.db.models.functions import Now
+
+from django_tasks_coord import db
+from django_tasks_coord.exceptions import FencedError, InvalidArgumentError
+from django_tasks_coord.models import HealthCheck, TokenHolder
+
+logger = logging.getLogger(__name__)
+
+#: NOTIFY payload prefix announcing that a group's token was released.
+RELEASED = "tasks_coord.token:"
+
+
+@dataclass(frozen=True)
+class Leader:
+    """A group's current token holder."""
+
+    node_id: str
+    term: int
+    last_heartbeat: datetime | None
+
+
+def _check(group: str, node_id: str) -> None:
+    for argument, value, limit in (("group", group, 100), ("node_id", node_id, 200)):
+        if not isinstance(value, str) or not 0 < len(value) <= limit:
+            raise InvalidArgumentError(
+                f"{argument} must be a str of 1 to {limit} characters, not {value!r}."
+            )
+
+
+def join(group: str, node_id: str) -> None:
+    """Register ``node_id`` as a member of ``group`` (its heartbeat starts now)."""
+    _check(group, node_id)
+    with db.write_transaction():
+        rows = HealthCheck.objects.using(db.alias()).filter(task_id=node_id, group_id=group)
+        if not rows.update(last_heartbeat=Now()):
+            HealthCheck.objects.using(db.alias()).create(task_id=node_id, group_id=group)
+
+
+def heartbeat(group: str, node_id: str) -> bool:
+    """Refresh ``node_id``'s heartbeat in ``group``; False if it is not a member (any more)."""
+    rows = HealthCheck.objects.using(db.alias()).filter(task_id=node_id, group_id=group)
+    return rows.update(last_heartbeat=Now()) == 1
+
+
+def leave(group: str, node_id: str) -> None:
+    """Release the token if ``node_id`` holds it, and drop its membership."""
+    release(group, node_id)
+    HealthCheck.objects.using(db.alias()).filter(task_id=node_id, group_id=group).delete()
+
+
+def try_acquire(group: str, node_id: str, liveness: timedelta) -> int | None:
+    """Become (or stay) ``group``'s leader if possible; return the term held, else None.
+
+    ``node_id`` takes the token when nobody holds it, or when the holder's heartbeat
+    is older than ``liveness`` (or it left the group); the term then increments. The
+    ``token_holder`` row is locked for the decision, so concurrent candidates are
+    serialized and exactly one wins.
+    """
+    _check(group, node_id)
+    using = db.alias()
+    holders = TokenHolder.objects.using(using)
+    with db.write_transaction():
+        holder = holders.select_for_update().filter(group_id=group).first()
+        if holder is None:
+            try:
+                with db.write_transaction():
+                    holders.create(group_id=group, task_id=node_id, term=1, acquired_at=Now())
+            except IntegrityError:  # another candidate created it first: it won this round
+                return None
+            logger.info("Node %s elected leader of group %r (term 1).", node_id, group)
+            return 1
+        if holder.task_id == node_id:
+            return holder.term
+        alive = HealthCheck.objects.using(using).filter(
+            task_id=holder.task_id, group_id=group, last_heartbeat__gte=db.ago(liveness)
+        )
+        if holder.task_id and alive.exists():
+            return None
+        holders.filter(group_id=group).update(
+            task_id=node_id, term=holder.term + 1, acquired_at=Now()
+        )
+    logger.warning(
+        "Node %s took over group %r from %s (term %s).",
+        node_id,
+        group,
+        holder.task_id or "nobody (released)",
+        holder.term + 1,
+        extra={"group": group, "node": node_id, "term": holder.term + 1},
+    )
+    return holder.term + 1
+
+
+def release(group: str, node_id: str) -> bool:
+    """Give up the token if ``node_id`` holds it (graceful stop); standbys take it at once."""
+    with db.write_transaction():
+        released = (
+            TokenHolder.objects.using(db.alias())
+            .filter(group_id=group, task_id=node_id)
+            .update(task_id="", released_at=Now())
+        )
+        if released:
+            db.notify(db.connection(), RELEASED + group)
+    if released:
+        logger.info("Node %s released the token of group %r.", node_id, group)
+    return released == 1
+
+
+def leader(group: str) -> Leader | None:
+    """The node holding ``group``'s token, its term and last heartbeat; None if nobody holds it."""
+    holder = (
+        TokenHolder.objects.using(db.alias()).filter(group_id=group).exclude(task_id="").first()
+    )
+    if holder is None:
+        return None
+    beat = (
+        HealthCheck.objects.using(db.alias())
+        .filter(task_id=holder.task_id, group_id=group)
+        .values_list("last_heartbeat", flat=True)
+        .first()
+    )
+    return Leader(holder.task_id, holder.term, beat)
+
+
+def is_current(group: str, node_id: str, term: int) -> bool:
+    """Whether ``node_id`` still holds ``group``'s token under ``term``."""
+    holders = TokenHolder.objects.using(db.alias())
+    return holders.filter(group_id=group, task_id=node_id, term=term).exists()
+
+
+@contextmanager
+def fenced(group: str, node_id: str, term: int) -> Iterator[None]:
+    """A transaction that only goes ahead while ``node_id`` leads ``group`` under ``term``.
+
+    The ``token_holder`` row is locked for the whole block, so no takeover can
+    happen between the check and your writes: either they commit under this term or
+    :class:`FencedError` is raised before the block runs.
+    """
+    with db.write_transaction():
+        holders = TokenHolder.objects.using(db.alias()).select_for_update()
+        if not holders.filter(group_id=group, task_id=node_id, term=term).exists():
+            current = leader(group)
+            raise FencedError(
+                f"Node {node_id!r} no longer leads group {group!r} under term {term}: "
+                f"{'the token is free' if current is None else f'{current.node_id} holds term {current.term}'}."
+            )
+        yield

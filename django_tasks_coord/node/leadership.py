@@ -1,0 +1,97 @@
+"""A node's role in its coordination group (warm backup), refreshed by the lifeline thread.
+
+Every heartbeat the node refreshes its ``health_check`` row and tries to take (or
+keep) the group's token. If it cannot reach the database it steps down by itself
+once its own lease would have expired, a heartbeat *before* a standby may take over,
+so two nodes never both believe they lead.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from datetime import timedelta
+
+from django.db import DatabaseError
+
+from django_tasks_coord import coordination
+
+logger = logging.getLogger(__name__)
+
+
+class Leadership:
+    """Whether this node leads ``group``, and under which term."""
+
+    def __init__(
+        self,
+        group: str,
+        node_id: str,
+        *,
+        liveness: float,
+        heartbeat: float,
+        on_change: Callable[[int | None], None],
+    ) -> None:
+        self.group, self.node_id = group, node_id
+        self.liveness, self.heartbeat = liveness, heartbeat
+        self.on_change = on_change
+        self._term: int | None = None
+        self._last_success = time.monotonic()
+
+    def start(self) -> None:
+        """Join the group (the first election happens at the first :meth:`beat`)."""
+        coordination.join(self.group, self.node_id)
+        self.beat()
+
+    def valid_term(self) -> int | None:
+        """The term this node leads under, or None; None too once its lease may have expired."""
+        if self._term is not None and time.monotonic() - self._last_success > self._lease():
+            self._set(None, "it could not heartbeat for a whole lease; stepping down")
+        return self._term
+
+    def _lease(self) -> float:
+        """How long a leader may go without a heartbeat before it steps down (one beat early)."""
+        return self.liveness - self.heartbeat
+
+    def beat(self) -> None:
+        """Heartbeat the membership and try to take or keep the token."""
+        try:
+            if not coordination.heartbeat(self.group, self.node_id):
+                coordination.join(self.group, self.node_id)
+            term = coordination.try_acquire(
+                self.group, self.node_id, timedelta(seconds=self.liveness)
+            )
+        except DatabaseError as exc:
+            logger.warning("Group %r: heartbeat failed (%s).", self.group, exc)
+            self.valid_term()
+            raise
+        self._last_success = time.monotonic()
+        self._set(term, "another node holds the token now")
+
+    def stop(self) -> None:
+        """Release the token (standbys take over at once) and leave the group."""
+        self._set(None, "this node is stopping")
+        coordination.leave(self.group, self.node_id)
+
+    def _set(self, term: int | None, reason: str) -> None:
+        if term == self._term:
+            return
+        previous, self._term = self._term, term
+        if term is not None:
+            logger.warning(
+                "Node %s leads group %r (term %s).",
+                self.node_id,
+                self.group,
+                term,
+                extra={"group": self.group, "node": self.node_id, "term": term},
+            )
+        else:
+            logger.warning(
+                "Node %s no longer leads group %r (term %s): %s.",
+                self.node_id,
+                self.group,
+                previous,
+                reason,
+                extra={"group": self.group, "node": self.node_id, "term": previous},
+            )
+        self.on_change(term)
