@@ -101,11 +101,6 @@ def write_transaction() -> Iterator[None]:
         yield
 
 
-def can_return_rows_from_bulk_insert(conn: BaseDatabaseWrapper) -> bool:
-    """Whether ``bulk_create`` sets primary keys (PostgreSQL, MariaDB, SQLite: yes; MySQL 8: no)."""
-    return bool(conn.features.can_return_rows_from_bulk_insert)
-
-
 class PendingIndex(models.Index):
     """An index over the queue's waiting rows, as narrow as each database allows.
 

@@ -18,7 +18,6 @@ otherwise: nothing is ever half-written, and a push inside a rolled-back
 
 from __future__ import annotations
 
-import json
 import traceback
 import uuid
 from collections.abc import Iterable, Sequence
@@ -26,7 +25,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, models
-from django.db.models import Count, Exists, F, Max, Min, OuterRef, Q, Subquery
+from django.db.models import Exists, F, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from django_tasks_coord import db
@@ -44,22 +43,33 @@ from django_tasks_coord.enums import (
 from django_tasks_coord.exceptions import (
     InvalidArgumentError,
     OwnerExpiredError,
-    PayloadError,
     StaleClaimError,
     TaskAlreadyCompletedError,
     TaskNotActiveError,
     TaskRedundantError,
     TaskStateError,
 )
+from django_tasks_coord.maintenance import count, purge, resolve
 from django_tasks_coord.models import Owner, Task, Topic
 from django_tasks_coord.owners import expire, heartbeat, register_owner, unregister_owner
+from django_tasks_coord.revival import junction, recreate, reset
 from django_tasks_coord.topics import (
+    TopicRef,
     known_topics,
     pause_topic,
     register_topic,
     resume_topic,
+    topic_name,
 )
-from django_tasks_coord.topics import topic_name as _topic_name
+from django_tasks_coord.validation import (
+    check_handler,
+    check_identifier,
+    check_payload,
+    check_priority,
+    check_task,
+    check_when,
+    state_error,
+)
 
 __all__ = [
     "Condition",
@@ -94,71 +104,10 @@ __all__ = [
     "unregister_owner",
 ]
 
-TopicRef = str | Topic
 MAX_POLL_LIMIT = 10_000
-_PRIORITY_RANGE = range(-32768, 32768)
+PRIORITY_RANGE = range(-32768, 32768)
 #: Earlier tasks in these states never block a poll condition.
 _NON_BLOCKING = (TaskState.FILTERED, TaskState.CANCELED, TaskState.REDUNDANT)
-
-
-# --- validation helpers ---------------------------------------------------------------------
-
-
-def _check_identifier(identifier: object) -> str:
-    if not isinstance(identifier, str) or not 0 < len(identifier) <= 255:
-        raise InvalidArgumentError(
-            f"identifier must be a non-empty str of at most 255 characters, not {identifier!r}."
-        )
-    return identifier
-
-
-def _check_payload(payload: object) -> None:
-    try:
-        json.dumps(payload, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise PayloadError(
-            f"The payload is not JSON-serializable ({exc}). Pass dicts, lists, str, int, "
-            f"float (not NaN/Infinity), bool or None; convert other objects first."
-        ) from exc
-
-
-def _check_priority(priority: object) -> int:
-    if (
-        not isinstance(priority, int)
-        or isinstance(priority, bool)
-        or priority not in _PRIORITY_RANGE
-    ):
-        raise InvalidArgumentError(
-            f"priority must be an int from -32768 to 32767, not {priority!r}."
-        )
-    return priority
-
-
-def _check_when(value: object, argument: str, *, optional: bool = True) -> datetime | None:
-    if value is None and optional:
-        return None
-    if not isinstance(value, datetime):
-        raise InvalidArgumentError(f"{argument} must be a datetime, not {value!r}.")
-    if timezone.is_naive(value):
-        raise InvalidArgumentError(
-            f"{argument}={value!r} is naive; pass an aware datetime (e.g. django.utils.timezone.now())."
-        )
-    return value
-
-
-def _check_handler(handler: object) -> str:
-    if not isinstance(handler, str) or len(handler) > 255 or (handler and "." not in handler):
-        raise InvalidArgumentError(
-            f"handler must be the dotted path of a module-level callable "
-            f"(e.g. 'myapp.jobs.send_email') or '', not {handler!r}."
-        )
-    return handler
-
-
-def _check_task(task: object) -> Task:
-    if not isinstance(task, Task) or task.pk is None:
-        raise InvalidArgumentError(f"Expected a saved Task, not {task!r}.")
-    return task
 
 
 def format_exception(exception: BaseException | None) -> str | None:
@@ -216,9 +165,9 @@ def push_many(
     last task is created.
     """
     insertion = Insertion.coerce(insertion, "insertion")
-    priority = _check_priority(priority)
-    execute_at = _check_when(execute_at, "execute_at")
-    handler = _check_handler(handler)
+    priority = check_priority(priority)
+    execute_at = check_when(execute_at, "execute_at")
+    handler = check_handler(handler)
     batch = []
     for item in items:
         if not isinstance(item, tuple | list) or len(item) != 2:
@@ -226,10 +175,10 @@ def push_many(
                 f"push_many items must be (identifier, payload) pairs, not {item!r}."
             )
         identifier, payload = item
-        _check_identifier(identifier)
-        _check_payload(payload)
+        check_identifier(identifier)
+        check_payload(payload)
         batch.append((identifier, payload))
-    name = _topic_name(topic)
+    name = topic_name(topic)
     if not batch:
         return []
     last_index = {identifier: i for i, (identifier, _) in enumerate(batch)}
@@ -254,7 +203,7 @@ def push_many(
     with db.write_transaction():
         if insertion is not Insertion.APPEND:
             _apply_insertion(name, list(last_index), insertion, using)
-        created = _insert(tasks, using)
+        created = Task.objects.using(using).insert(tasks)
         db.notify(db.connection(), name)
         return created
 
@@ -272,15 +221,6 @@ def _apply_insertion(topic: str, identifiers: list[str], insertion: Insertion, u
             existing.pending().update(state=TaskState.REDUNDANT, finished_at=timezone.now())
         else:
             existing.exclude(state__in=IN_FLIGHT).delete()
-
-
-def _insert(tasks: list[Task], using: str) -> list[Task]:
-    if db.can_return_rows_from_bulk_insert(db.connection()):
-        return Task.objects.using(using).bulk_create(tasks)
-    for task in tasks:  # MySQL 8 cannot return the keys of a multi-row insert
-        task.save(using=using, force_insert=True)
-        task.refresh_from_db(using=using, fields=["created_at"])
-    return tasks
 
 
 # --- poll -----------------------------------------------------------------------------------
@@ -333,7 +273,7 @@ def poll(
         raise InvalidArgumentError(
             f"owner must be an Owner (see queue.register_owner), not {owner!r}."
         )
-    name = _topic_name(topic)
+    name = topic_name(topic)
     using, conn = db.alias(), db.connection()
     # The heartbeat is its own statement, not part of the claim: a process frozen in the
     # middle of a claim must not keep its owner row locked (expire skips locked owners).
@@ -440,7 +380,7 @@ def complete_many(tasks: Sequence[Task], decision: Decision | Result | str) -> l
     and the error :func:`complete` would raise for that task is raised (complete the
     others one by one if you need to).
     """
-    tasks = [_check_task(task) for task in tasks]
+    tasks = [check_task(task) for task in tasks]
     if not tasks:
         return []
     if not isinstance(decision, Decision):
@@ -489,8 +429,8 @@ def release(
     and error on the task) and by a stopping node for work it did not start
     (``refund_attempt`` undoes the attempt counted when it was polled).
     """
-    task = _check_task(task)
-    execute_at = _check_when(execute_at, "execute_at")
+    task = check_task(task)
+    execute_at = check_when(execute_at, "execute_at")
     changes: dict[str, Any] = {
         "state": TaskState.PENDING,
         "owner": None,
@@ -517,7 +457,7 @@ def release(
 
 def cancel(task: Task, message: str | None = None) -> Task:
     """Cancel a task that is not completed yet (CANCELED). A running consumer's completion is then refused."""
-    task = _check_task(task)
+    task = check_task(task)
     changes = {
         "state": TaskState.CANCELED,
         "finished_at": timezone.now(),
@@ -525,176 +465,7 @@ def cancel(task: Task, message: str | None = None) -> Task:
         "message": message,
     }
     if Task.objects.using(db.alias()).filter(pk=task.pk).not_completed().update(**changes) != 1:
-        raise _state_error(task, "cancel", "not completed (PENDING, REQUESTED or ACTIVE)")
+        raise state_error(task, "cancel", "not completed (PENDING, REQUESTED or ACTIVE)")
     for field, value in changes.items():
         setattr(task, field, value)
     return task
-
-
-# --- revive ---------------------------------------------------------------------------------
-
-
-def _state_error(task: Task, action: str, accepted: str) -> TaskStateError:
-    state = (
-        Task.objects.using(db.alias()).filter(pk=task.pk).values_list("state", flat=True).first()
-    )
-    if state is None:
-        return TaskStateError(f"Cannot {action} task #{task.pk}: it was deleted.")
-    return TaskStateError(
-        f"Cannot {action} task #{task.pk}: it is {TaskState(state).label}; only {accepted} tasks can be."
-    )
-
-
-_REVIVED = {
-    "state": TaskState.PENDING,
-    "owner": None,
-    "exec_id": None,
-    "attempts": 0,
-    "message": None,
-    "error": None,
-    "execute_at": None,
-    "started_at": None,
-    "finished_at": None,
-}
-
-
-def reset(task: Task) -> Task:
-    """Revive a completed task in place: PENDING again, result and attempts cleared, same sequence."""
-    task = _check_task(task)
-    if Task.objects.using(db.alias()).filter(pk=task.pk).completed().update(**_REVIVED) != 1:
-        raise _state_error(task, "reset", "completed")
-    for field, value in _REVIVED.items():
-        setattr(task, field, value)
-    return task
-
-
-def recreate(task: Task) -> Task:
-    """Revive a completed task as a new PENDING task (new sequence, ``recreated`` True, ``original`` set).
-
-    The original keeps its state and result.
-    """
-    task = _check_task(task)
-    using = db.alias()
-    with db.write_transaction():
-        original = (
-            Task.objects.using(using).filter(pk=task.pk).completed().select_for_update().first()
-        )
-        if original is None:
-            raise _state_error(task, "recreate", "completed")
-        copy = Task(
-            topic_id=original.topic_id,
-            identifier=original.identifier,
-            payload=original.payload,
-            priority=original.priority,
-            recreated=True,
-            original=original,
-        )
-        return _insert([copy], using)[0]
-
-
-# --- maintenance ----------------------------------------------------------------------------
-
-
-def purge(topic: TopicRef, below: int) -> int:
-    """Delete the tasks of ``topic`` with a sequence lower than ``below``; return how many.
-
-    Tasks in flight (ACTIVE, REQUESTED) are kept: purging never pulls work from
-    under a running consumer.
-    """
-    if not isinstance(below, int) or isinstance(below, bool):
-        raise InvalidArgumentError(f"below must be an int (a sequence), not {below!r}.")
-    name = _topic_name(topic)
-    doomed = (
-        Task.objects.using(db.alias())
-        .for_topic(name)
-        .filter(sequence__lt=below)
-        .exclude(state__in=IN_FLIGHT)
-    )
-    deleted, _ = doomed.delete()
-    return deleted
-
-
-def resolve(topic: TopicRef, when: datetime) -> int:
-    """The first sequence of ``topic`` created after ``when`` (by the database clock).
-
-    If nothing was created since, the sequence the next task will be above, so
-    ``purge(topic, resolve(topic, when))`` removes everything created up to ``when``.
-    """
-    name = _topic_name(topic)
-    _check_when(when, "when", optional=False)
-    tasks = Task.objects.using(db.alias())
-    first = tasks.for_topic(name).filter(created_at__gt=when).aggregate(m=Min("sequence"))["m"]
-    if first is not None:
-        return int(first)
-    return int(tasks.aggregate(m=Max("sequence"))["m"] or 0) + 1
-
-
-def count(
-    topic: TopicRef,
-    *,
-    start: int | None = None,
-    end: int | None = None,
-    latest_per_identifier: bool = False,
-) -> int:
-    """Count the tasks of ``topic`` with ``start <= sequence < end`` (either bound optional).
-
-    With ``latest_per_identifier`` each identifier counts once (its latest task).
-    """
-    for argument, value in (("start", start), ("end", end)):
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-            raise InvalidArgumentError(
-                f"{argument} must be an int (a sequence) or None, not {value!r}."
-            )
-    qs = Task.objects.using(db.alias()).for_topic(_topic_name(topic))
-    if start is not None:
-        qs = qs.filter(sequence__gte=start)
-    if end is not None:
-        qs = qs.filter(sequence__lt=end)
-    if latest_per_identifier:
-        return int(qs.aggregate(n=Count("identifier", distinct=True))["n"])
-    return qs.count()
-
-
-def junction(
-    topic: TopicRef, identifiers: Sequence[str], junction: Junction | str = Junction.SINGULAR
-) -> list[Task]:
-    """Start the suspended tasks of several identifiers together, once all are present.
-
-    Looks at the latest task of each identifier. ``Junction.SINGULAR``: only if every
-    one is SUSPENDED; ``Junction.ETERNAL``: as soon as every identifier has a task,
-    in any state. The SUSPENDED ones among them go back to PENDING (like
-    :func:`reset`) and are returned; otherwise nothing changes and ``[]`` is returned.
-    """
-    mode = Junction.coerce(junction, "junction")
-    if isinstance(identifiers, str) or not identifiers:
-        raise InvalidArgumentError(
-            f"identifiers must be a non-empty list of str, not {identifiers!r}."
-        )
-    wanted = {_check_identifier(identifier) for identifier in identifiers}
-    name = _topic_name(topic)
-    using, conn = db.alias(), db.connection()
-    with db.write_transaction():
-        tasks = Task.objects.using(using).for_topic(name)
-        latest_ids = (
-            tasks.filter(identifier__in=wanted)
-            .values("identifier")
-            .annotate(m=Max("sequence"))
-            .values_list("m", flat=True)
-        )
-        latest = list(
-            tasks.filter(pk__in=list(latest_ids)).select_for_update(
-                **db.lock_kwargs(conn, skip_locked=False)
-            )
-        )
-        if {t.identifier for t in latest} != wanted:
-            return []
-        suspended = [t for t in latest if t.state == TaskState.SUSPENDED]
-        if mode is Junction.SINGULAR and len(suspended) != len(latest):
-            return []
-        if not suspended:
-            return []
-        tasks.filter(pk__in=[t.pk for t in suspended], state=TaskState.SUSPENDED).update(**_REVIVED)
-    for task in suspended:
-        for field, value in _REVIVED.items():
-            setattr(task, field, value)
-    return sorted(suspended, key=lambda t: t.sequence)

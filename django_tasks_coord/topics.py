@@ -20,6 +20,9 @@ from django_tasks_coord.models import Topic
 
 logger = logging.getLogger(__name__)
 
+#: A topic given by name or as a :class:`~django_tasks_coord.models.Topic`.
+TopicRef = str | Topic
+
 
 class _KnownTopics:
     """Names of topics seen to exist, remembered for a short while to spare a query per push.

@@ -20,7 +20,6 @@ from django.utils import timezone
 from django_tasks_coord import db
 from django_tasks_coord.enums import COMPLETED_MIN, TaskState, WaitingPolicy
 from django_tasks_coord.models import CatchUp, JobKind, PeriodicTask, Task, Topic
-from django_tasks_coord.queue import _insert
 from django_tasks_coord.scheduling.planner import JobTiming, plan
 from django_tasks_coord.scheduling.runner import GROUP_TOPIC_PREFIX, JOBS_TOPIC, group_topic
 from django_tasks_coord.timers import Interval, parse
@@ -104,7 +103,7 @@ def submit_due(node: str = "", now: datetime | None = None, limit: int = 500) ->
         runs = [task for _, tasks in planned for task in tasks]
         try:
             with db.write_transaction():
-                created = _insert(runs, using) if runs else []
+                created = Task.objects.using(using).insert(runs) if runs else []
         except IntegrityError:
             created = []
             for job, tasks in planned:
@@ -129,7 +128,7 @@ def submit_due(node: str = "", now: datetime | None = None, limit: int = 500) ->
 def _insert_one_job(job: PeriodicTask, tasks: list[Task], using: str) -> list[Task]:
     try:
         with db.write_transaction():
-            return _insert(tasks, using) if tasks else []
+            return Task.objects.using(using).insert(tasks) if tasks else []
     except IntegrityError:
         logger.error(
             "Job %s: a run for slot(s) %s exists already; not submitted twice.",
