@@ -10,10 +10,12 @@ back). The unique (topic, identifier, slot) constraint on tasks is the backstop.
 from __future__ import annotations
 
 import logging
+from collections import Counter, defaultdict
 from datetime import datetime
+from typing import Any
 
 from django.db import IntegrityError
-from django.db.models import CharField, Exists, Min, OuterRef, Q, Value
+from django.db.models import CharField, Exists, F, Min, OuterRef, Q, Value
 from django.db.models.functions import Concat
 from django.utils import timezone
 
@@ -76,15 +78,13 @@ def next_due() -> datetime | None:
     return due
 
 
-_JOB_FIELDS = ["nextrun", "run_count", "worker", "marked", "last_slot", "enabled", "finished_at"]
-
-
 def submit_due(node: str = "", now: datetime | None = None, limit: int = 500) -> list[Task]:
     """Submit the runs of every due job (up to ``limit`` jobs); return the run tasks pushed.
 
     One transaction: the due rows are locked (SKIP LOCKED), every job is planned in
-    Python, all runs are inserted with one statement and the jobs updated with one
-    more. If the insert conflicts (a run exists for a slot), the jobs are redone one
+    Python, all runs are inserted with one statement, and the jobs are updated with
+    one statement per distinct outcome (jobs due at the same time usually share
+    one). If the insert conflicts (a run exists for a slot), the jobs are redone one
     by one so that only the conflicting job skips its slot.
     """
     using, conn = db.alias(), db.connection()
@@ -108,11 +108,8 @@ def submit_due(node: str = "", now: datetime | None = None, limit: int = 500) ->
             created = []
             for job, tasks in planned:
                 created.extend(_insert_one_job(job, tasks, using))
-        for job, _ in planned:
-            job.worker, job.marked = node, now
-        if planned:
-            jobs = [job for job, _ in planned]
-            PeriodicTask.objects.using(using).bulk_update(jobs, [*_JOB_FIELDS, "updated_at"])
+        added = Counter(task.identifier for task in created)
+        _save_jobs([job for job, _ in planned], added, node, now, using)
         for topic in {task.topic_id for task in created}:
             db.notify(conn, topic)
     for task in created:
@@ -125,6 +122,30 @@ def submit_due(node: str = "", now: datetime | None = None, limit: int = 500) ->
     return created
 
 
+def _save_jobs(
+    jobs: list[PeriodicTask], added: Counter[str], node: str, now: datetime, using: str
+) -> None:
+    """Write the planned jobs back: one UPDATE per group of jobs with the same new values."""
+    groups: dict[tuple[Any, ...], list[str]] = defaultdict(list)
+    for job in jobs:
+        groups[(job.nextrun, job.last_slot, job.enabled, job.finished_at, added[job.id])].append(
+            job.id
+        )
+    rows = PeriodicTask.objects.using(using)
+    for (nextrun, last_slot, enabled, finished_at, runs), ids in groups.items():
+        for start in range(0, len(ids), 1000):
+            rows.filter(pk__in=ids[start : start + 1000]).update(
+                nextrun=nextrun,
+                last_slot=last_slot,
+                enabled=enabled,
+                finished_at=finished_at,
+                run_count=F("run_count") + runs,
+                worker=node,
+                marked=now,
+                updated_at=now,
+            )
+
+
 def _insert_one_job(job: PeriodicTask, tasks: list[Task], using: str) -> list[Task]:
     try:
         with db.write_transaction():
@@ -135,7 +156,6 @@ def _insert_one_job(job: PeriodicTask, tasks: list[Task], using: str) -> list[Ta
             job.id,
             [t.slot for t in tasks],
         )
-        job.run_count -= len(tasks)
         return []
 
 
@@ -169,7 +189,6 @@ def _plan_job(job: PeriodicTask, now: datetime) -> list[Task]:
             extra={"job_id": job.id},
         )
     job.nextrun = nextrun
-    job.run_count += len(slots)
     if slots:
         job.last_slot = slots[-1]
     if finished:
