@@ -25,11 +25,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import IntegrityError
+from django.db import IntegrityError, OperationalError
 from django.db.models.functions import Now
 
 from django_tasks_coord import db
-from django_tasks_coord.exceptions import FencedError, InvalidArgumentError
+from django_tasks_coord.exceptions import FencedError, InvalidArgumentError, TokenBusyError
 from django_tasks_coord.models import HealthCheck, TokenHolder
 
 logger = logging.getLogger(__name__)
@@ -82,13 +82,25 @@ def try_acquire(group: str, node_id: str, liveness: timedelta) -> int | None:
     ``node_id`` takes the token when nobody holds it, or when the holder's heartbeat
     is older than ``liveness`` (or it left the group); the term then increments. The
     ``token_holder`` row is locked for the decision, so concurrent candidates are
-    serialized and exactly one wins.
+    serialized and exactly one wins. The lock is taken with ``NOWAIT``: if another
+    process holds it (possibly a frozen one), :class:`TokenBusyError` is raised at
+    once instead of blocking the caller's heartbeats.
     """
     _check(group, node_id)
     using = db.alias()
+    try:
+        return _acquire(group, node_id, liveness, using)
+    except OperationalError as exc:
+        if db.connection().vendor == "sqlite":
+            raise
+        raise TokenBusyError(f"The token of group {group!r} is locked by another process.") from exc
+
+
+def _acquire(group: str, node_id: str, liveness: timedelta, using: str) -> int | None:
     holders = TokenHolder.objects.using(using)
+    nowait = db.connection().features.has_select_for_update_nowait
     with db.write_transaction():
-        holder = holders.select_for_update().filter(group_id=group).first()
+        holder = holders.select_for_update(nowait=nowait).filter(group_id=group).first()
         if holder is None:
             try:
                 with db.write_transaction():
@@ -155,20 +167,37 @@ def is_current(group: str, node_id: str, term: int) -> bool:
     return holders.filter(group_id=group, task_id=node_id, term=term).exists()
 
 
+def _deposed(group: str, node_id: str, term: int) -> FencedError:
+    current = leader(group)
+    holder = (
+        "the token is free" if current is None else f"{current.node_id} holds term {current.term}"
+    )
+    return FencedError(
+        f"Node {node_id!r} no longer leads group {group!r} under term {term}: {holder}."
+    )
+
+
+def confirm(group: str, node_id: str, term: int) -> None:
+    """Inside a transaction: lock the token row and raise :class:`FencedError` unless the
+    term still stands. Until that transaction ends no takeover can commit, so what it
+    writes commits under ``term`` (the lock is held only from here to the commit)."""
+    holders = TokenHolder.objects.using(db.alias()).select_for_update()
+    if not holders.filter(group_id=group, task_id=node_id, term=term).exists():
+        raise _deposed(group, node_id, term)
+
+
 @contextmanager
 def fenced(group: str, node_id: str, term: int) -> Iterator[None]:
-    """A transaction that only goes ahead while ``node_id`` leads ``group`` under ``term``.
+    """A transaction whose writes commit only while ``node_id`` leads ``group`` under ``term``.
 
-    The ``token_holder`` row is locked for the whole block, so no takeover can
-    happen between the check and your writes: either they commit under this term or
-    :class:`FencedError` is raised before the block runs.
+    The term is checked when the block starts (a deposed leader fails fast) and again,
+    under a lock on the ``token_holder`` row, when it ends, right before the commit:
+    either your writes commit under this term, or :class:`FencedError` is raised and
+    they roll back. No lock is held while your code runs, so a leader that freezes
+    inside the block cannot stop the others from electing a new one.
     """
+    if not is_current(group, node_id, term):
+        raise _deposed(group, node_id, term)
     with db.write_transaction():
-        holders = TokenHolder.objects.using(db.alias()).select_for_update()
-        if not holders.filter(group_id=group, task_id=node_id, term=term).exists():
-            current = leader(group)
-            raise FencedError(
-                f"Node {node_id!r} no longer leads group {group!r} under term {term}: "
-                f"{'the token is free' if current is None else f'{current.node_id} holds term {current.term}'}."
-            )
         yield
+        confirm(group, node_id, term)

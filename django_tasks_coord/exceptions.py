@@ -120,6 +120,14 @@ class FencedError(TasksCoordError):
     """
 
 
+class TokenBusyError(TasksCoordError):
+    """A group's token row is locked by another process right now (maybe a frozen one).
+
+    Transient: nodes treat it like a missed heartbeat and try again at the next one;
+    a leader that keeps getting it steps down when its lease runs out.
+    """
+
+
 class TimerError(TasksCoordError, ValueError):
     """A timer specification (cron, calendar event, interval, datetime) is invalid.
 

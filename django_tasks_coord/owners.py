@@ -13,6 +13,7 @@ import uuid
 from datetime import timedelta
 
 from django.db import IntegrityError, models
+from django.db.models import Exists, OuterRef
 from django.db.models.functions import Now
 
 from django_tasks_coord import db
@@ -102,19 +103,23 @@ def expire(older_than: timedelta | None = None) -> list[Task]:
 
 
 def _expire_owner_ids(ids: list[int], using: str) -> list[Task]:
-    """Return the in-flight tasks of owners ``ids`` to PENDING and delete the owners."""
+    """Return the in-flight tasks of owners ``ids`` to PENDING and delete the owners.
+
+    Task rows locked by another transaction (a dead process frozen mid-statement) are
+    skipped, never waited for, so a reaper cannot get stuck behind them; their owner
+    is kept and the next sweep tries again.
+    """
     conn = db.connection()
     held = Task.objects.using(using).filter(owner_id__in=ids, state__in=IN_FLIGHT)
-    tasks = list(
-        held.select_for_update(**db.lock_kwargs(conn, skip_locked=False)).order_by("sequence")
-    )
+    tasks = list(held.select_for_update(**db.lock_kwargs(conn)).order_by("sequence"))
     if tasks:
         Task.objects.using(using).filter(pk__in=[t.pk for t in tasks]).update(
             state=TaskState.PENDING, owner=None, exec_id=None
         )
         for task in tasks:
             task.state, task.owner, task.exec_id = TaskState.PENDING, None, None
-    Owner.objects.using(using).filter(pk__in=ids).delete()
+    still_held = Task.objects.using(using).filter(owner_id=OuterRef("pk"), state__in=IN_FLIGHT)
+    Owner.objects.using(using).filter(pk__in=ids).exclude(Exists(still_held)).delete()
     for task in tasks:
         logger.warning(
             "Task %s returned to the queue: its owner died (attempt %s).",

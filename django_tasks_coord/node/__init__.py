@@ -423,13 +423,13 @@ class Node:
                 return
             now = time.monotonic()
             try:
-                if self.leadership is not None:
-                    self.leadership.beat()
                 if not owners.heartbeat(self.owner):
                     if not self._stopping.is_set():
                         self._lost_ownership()
                     return
                 last_beat = now
+                if self.leadership is not None:
+                    self.leadership.beat()
                 if now - last_reap >= self.config.reap_interval:
                     last_reap = now
                     owners.expire(timedelta(seconds=self.config.liveness_interval))

@@ -16,6 +16,7 @@ from datetime import timedelta
 from django.db import DatabaseError
 
 from django_tasks_coord import coordination
+from django_tasks_coord.exceptions import TokenBusyError
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +62,10 @@ class Leadership:
             term = coordination.try_acquire(
                 self.group, self.node_id, timedelta(seconds=self.liveness)
             )
+        except TokenBusyError as exc:  # someone holds the token row: like a missed beat
+            logger.info("Group %r: %s", self.group, exc)
+            self.valid_term()
+            return
         except DatabaseError as exc:
             logger.warning("Group %r: heartbeat failed (%s).", self.group, exc)
             self.valid_term()

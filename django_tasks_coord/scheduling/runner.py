@@ -76,33 +76,31 @@ class JobContext:
     def fenced(self) -> Iterator[None]:
         """The run's commit point: a transaction for its side effects that also completes it.
 
-        It goes ahead only while this node still leads the group under :attr:`term`
+        It commits only while this node still leads the group under :attr:`term`
         *and* still holds this run (it was not handed to another node meanwhile);
-        otherwise :class:`~django_tasks_coord.exceptions.FencedError` is raised
-        before the block runs. When the block ends without an exception, the run is
+        otherwise :class:`~django_tasks_coord.exceptions.FencedError` is raised and
+        your writes roll back. When the block ends without an exception, the run is
         marked SUCCEEDED in the same transaction as your writes, so a slot's fenced
-        side effects commit at most once, whatever happens to this node. Use it once
-        per run, for the last step. Only leader-only jobs are fenced.
+        side effects commit at most once, whatever happens to this node. No lock is
+        held while your code runs. Use it once per run, for the last step. Only
+        leader-only jobs are fenced.
         """
         if self.group is None or self.node_id is None or self.term is None:
             raise InvalidArgumentError(
                 f"Job {self.job_id!r} is not leader-only: it has no term to fence with."
             )
+        run = Task.objects.using(db.alias()).filter(
+            pk=self.task.pk, state=TaskState.ACTIVE, exec_id=self.task.exec_id
+        )
         with coordination.fenced(self.group, self.node_id, self.term):
-            run = (
-                Task.objects.using(db.alias())
-                .select_for_update()
-                .filter(pk=self.task.pk, state=TaskState.ACTIVE, exec_id=self.task.exec_id)
-            )
-            if not run.exists():
-                raise FencedError(
-                    f"Run #{self.task.pk} of job {self.job_id!r} is no longer held by {self.node_id}: "
-                    "it was handed to another node."
-                )
             yield
             finished = timezone.now()
-            run.update(state=TaskState.SUCCEEDED, finished_at=finished, owner=None)
-            self.task.state, self.task.finished_at = TaskState.SUCCEEDED, finished
+            if run.update(state=TaskState.SUCCEEDED, finished_at=finished, owner=None) != 1:
+                raise FencedError(
+                    f"Run #{self.task.pk} of job {self.job_id!r} is no longer held by "
+                    f"{self.node_id}: it was handed to another node."
+                )
+        self.task.state, self.task.finished_at = TaskState.SUCCEEDED, finished
 
 
 def retry_policy(data: dict[str, Any] | None) -> RetryPolicy:

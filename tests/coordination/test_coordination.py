@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import timedelta
 
 import pytest
+from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from django_tasks_coord import coordination
@@ -129,3 +132,56 @@ def test_racing_candidates_produce_exactly_one_winner():
                 reap(proc, 9)
         assert sorted(terms) == [0, 0, 0, 1], terms
         assert TokenHolder.objects.get(group_id=group).term == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(connection.vendor == "sqlite", reason="row locks")
+class TestLiveness:
+    """A frozen process holding locks must not stop the others from electing a leader."""
+
+    def test_a_locked_token_row_gives_token_busy_at_once(self):
+        from django_tasks_coord.exceptions import TokenBusyError
+
+        coordination.join("g", "a")
+        coordination.join("g", "b")
+        coordination.try_acquire("g", "a", LIVENESS)
+        locked, release = threading.Event(), threading.Event()
+
+        def hold_the_lock():
+            with transaction.atomic():
+                list(TokenHolder.objects.select_for_update().filter(group_id="g"))
+                locked.set()
+                release.wait(30)
+            connections.close_all()
+
+        holder = threading.Thread(target=hold_the_lock)
+        holder.start()
+        try:
+            assert locked.wait(30)
+            started = time.monotonic()
+            with pytest.raises(TokenBusyError, match="locked by another process"):
+                coordination.try_acquire("g", "b", LIVENESS)
+            assert time.monotonic() - started < 2  # NOWAIT: no waiting on the lock
+        finally:
+            release.set()
+            holder.join(30)
+
+    def test_no_lock_is_held_while_fenced_code_runs(self):
+        coordination.join("g", "a")
+        coordination.join("g", "b")
+        term = coordination.try_acquire("g", "a", LIVENESS)
+        result = {}
+
+        def elect():
+            result["term"] = coordination.try_acquire("g", "b", LIVENESS)
+            connections.close_all()
+
+        age("a", 60)  # a froze: its heartbeat is stale, yet the token is still a's
+        with pytest.raises(FencedError), coordination.fenced("g", "a", term):
+            HealthCheck.objects.create(task_id="written-by-a", group_id="x")
+            thread = threading.Thread(target=elect)
+            thread.start()
+            thread.join(30)
+            assert result["term"] == term + 1  # the election went ahead, unblocked
+        # ...and a's write, made while b took over, did not commit
+        assert not HealthCheck.objects.filter(task_id="written-by-a").exists()

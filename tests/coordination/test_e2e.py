@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 
 import pytest
 from django.db import connection
@@ -107,9 +108,11 @@ def test_a_stopped_holder_wakes_up_demoted_and_runs_nothing_twice():
         # The woken node finds it was declared dead and stops (exit code 3) without acting.
         try:
             frozen.wait(timeout=30)
-        except Exception:
+        except subprocess.TimeoutExpired:
             out, err = reap(frozen, signal.SIGKILL)
-            raise AssertionError(f"the woken node did not stop:\n{out[-4000:]}\n{err[-4000:]}") from None
+            raise AssertionError(
+                f"the woken node did not stop:\n{out[-4000:]}\n{err[-4000:]}"
+            ) from None
         assert frozen.returncode == 3, reap(frozen)
         reap(nodes.pop(old.node_id))
         runs_after = Run.objects.count()

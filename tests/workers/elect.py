@@ -11,6 +11,7 @@ import django
 django.setup()
 
 from django_tasks_coord import coordination  # noqa: E402
+from django_tasks_coord.exceptions import TokenBusyError  # noqa: E402
 
 
 def main() -> None:
@@ -18,7 +19,10 @@ def main() -> None:
     coordination.join(group, node_id)
     print("ready", flush=True)
     sys.stdin.readline()
-    term = coordination.try_acquire(group, node_id, timedelta(seconds=30))
+    try:
+        term = coordination.try_acquire(group, node_id, timedelta(seconds=30))
+    except TokenBusyError:  # another candidate holds the row right now: it decides
+        term = None
     print(term or 0, flush=True)
 
 
