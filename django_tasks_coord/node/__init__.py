@@ -504,7 +504,7 @@ class Node:
         if not lost:
             self._release(unstarted, refund_attempt=True)
         if not self._force.is_set():
-            still_running = pool.join_running(self.config.shutdown_max_wait)
+            still_running = pool.join_running(self.config.shutdown_max_wait, abort=self._force)
         else:
             still_running = pool.running()
         pool.stop()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,11 +65,17 @@ class WorkerPool:
         with self._lock:
             return list(self._running)
 
-    def join_running(self, timeout: float) -> list[Job]:
-        """Wait up to ``timeout`` seconds for running jobs; return those still running."""
-        for job in self.running():
-            if not job.done.wait(timeout=max(timeout, 0)):
+    def join_running(self, timeout: float, abort: threading.Event | None = None) -> list[Job]:
+        """Wait up to ``timeout`` seconds for running jobs, or until ``abort`` is set;
+        return the jobs still running."""
+        deadline = time.monotonic() + max(timeout, 0)
+        while (running := [job for job in self.running() if not job.done.is_set()]) and (
+            abort is None or not abort.is_set()
+        ):
+            left = deadline - time.monotonic()
+            if left <= 0:
                 break
+            running[0].done.wait(min(left, 0.1))
         return [job for job in self.running() if not job.done.is_set()]
 
     def stop(self) -> None:

@@ -136,3 +136,20 @@ def reap_when_done(proc, timeout: float = 120):
 @pytest.fixture
 def work_topic_registered(transactional_db):
     return queue.register_topic("work")
+
+
+def test_a_second_signal_stops_at_once_and_still_releases_claims(work_topic_registered):
+    task = queue.push("work", "stuck", {"sleep": 60})
+    proc = runscheduler("--topic", "work", "--shutdown-max-wait", "60", settings=FAST)
+    wait_for(lambda: Run.objects.filter(identifier="stuck").exists())
+    proc.send_signal(signal.SIGTERM)  # graceful: would wait up to 60s for the task
+    time.sleep(0.5)  # two separate signals, as an operator pressing Ctrl-C twice
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)  # immediate
+    out, err = reap_when_done(proc, timeout=30)
+    assert time.monotonic() - started < 15, out + err
+    assert proc.returncode == 0, err + out
+    stored = Task.objects.get(pk=task.pk)
+    assert stored.state == TaskState.PENDING  # released, not left ACTIVE
+    assert stored.attempts == 1
+    assert not Owner.objects.exists()

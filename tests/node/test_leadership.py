@@ -1,0 +1,86 @@
+"""A leader that cannot heartbeat steps down by itself before a standby may take over (fake clock)."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import OperationalError
+
+from django_tasks_coord.node import leadership as leadership_module
+from django_tasks_coord.node.leadership import Leadership
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    fake = FakeClock()
+    monkeypatch.setattr(leadership_module.time, "monotonic", fake.monotonic)
+    return fake
+
+
+def make(monkeypatch, outcome):
+    """A Leadership whose database calls return ``outcome()`` (a term, or raise)."""
+    changes: list[int | None] = []
+    monkeypatch.setattr(leadership_module.coordination, "heartbeat", lambda group, node: True)
+    monkeypatch.setattr(
+        leadership_module.coordination, "try_acquire", lambda group, node, liveness: outcome()
+    )
+    lead = Leadership("g", "n1", liveness=3.0, heartbeat=1.0, on_change=changes.append)
+    return lead, changes
+
+
+def test_steps_down_one_heartbeat_before_the_lease_could_be_taken(monkeypatch, clock):
+    state = {"fail": False}
+
+    def outcome():
+        if state["fail"]:
+            raise OperationalError("database unreachable")
+        return 7
+
+    lead, changes = make(monkeypatch, outcome)
+    lead.beat()
+    assert lead.valid_term() == 7
+    state["fail"] = True
+    for elapsed in (1.0, 1.9):  # beats fail, the lease (3s - 1 heartbeat) still holds
+        clock.now = 1000.0 + elapsed
+        with pytest.raises(OperationalError):
+            lead.beat()
+        assert lead.valid_term() == 7
+    clock.now = 1000.0 + 2.01  # past liveness - heartbeat: step down, before a standby can (3s)
+    assert lead.valid_term() is None
+    assert changes == [7, None]
+
+
+def test_token_busy_counts_as_a_missed_beat(monkeypatch, clock):
+    from django_tasks_coord.exceptions import TokenBusyError
+
+    state = {"busy": False}
+
+    def outcome():
+        if state["busy"]:
+            raise TokenBusyError("locked")
+        return 3
+
+    lead, changes = make(monkeypatch, outcome)
+    lead.beat()
+    state["busy"] = True
+    clock.now += 1.5
+    lead.beat()  # no exception: just a missed beat
+    assert lead.valid_term() == 3
+    clock.now += 1.0
+    lead.beat()
+    assert lead.valid_term() is None
+    assert changes == [3, None]
+
+
+def test_a_standby_stays_a_standby(monkeypatch, clock):
+    lead, changes = make(monkeypatch, lambda: None)
+    lead.beat()
+    assert lead.valid_term() is None
+    assert changes == []
