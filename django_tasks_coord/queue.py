@@ -250,6 +250,7 @@ def poll(
     order: Order | str = Order.FIFO,
     condition: Condition | str | None = None,
     owner: Owner | None = None,
+    heartbeat_owner: bool = True,
 ) -> list[Task]:
     """Claim up to ``limit`` due tasks of ``topic`` and return them, now ACTIVE.
 
@@ -257,7 +258,9 @@ def poll(
     ``Order.LIFO``: newest first). A :class:`Condition` keeps tasks back while
     earlier tasks of their identifier are unfinished (or failed). Each claimed task
     gets a fresh ``exec_id`` and one more ``attempts``; ``owner`` (if given) holds
-    it, and polling also refreshes the owner's heartbeat.
+    it, and polling also refreshes the owner's heartbeat (unless ``heartbeat_owner``
+    is False, as for nodes, which heartbeat on their own schedule; a claim for an
+    owner that was declared dead fails either way, with :class:`OwnerExpiredError`).
 
     Claims take one short transaction (``SELECT ... FOR UPDATE SKIP LOCKED`` on
     PostgreSQL and MySQL/MariaDB; a serialized write on SQLite), so any number of
@@ -277,7 +280,7 @@ def poll(
     using, conn = db.alias(), db.connection()
     # The heartbeat is its own statement, not part of the claim: a process frozen in the
     # middle of a claim must not keep its owner row locked (expire skips locked owners).
-    if owner is not None and not heartbeat(owner):
+    if owner is not None and heartbeat_owner and not heartbeat(owner):
         raise OwnerExpiredError(f"Owner {owner.name!r} was declared dead; register again.")
     try:
         tasks = _claim(name, limit, order, condition, owner, using, conn)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import math
 import threading
 import time
 from collections import Counter
@@ -38,6 +39,20 @@ from django_tasks_coord.node.pool import Job, WorkerPool
 from django_tasks_coord.node.wakeup import Listener, listen_supported
 
 __all__ = ["Node", "NodeConfig"]
+
+
+class RunningMean:
+    """An exponentially weighted mean of durations (thread-safe enough: one float store)."""
+
+    def __init__(self, weight: float = 0.2) -> None:
+        self.weight = weight
+        self.value: float | None = None
+
+    def add(self, sample: float) -> None:
+        """Fold in one sample."""
+        value = self.value
+        self.value = sample if value is None else value + self.weight * (sample - value)
+
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +82,8 @@ class Node:
         self._lifeline_wake = threading.Event()
         self.leadership: Leadership | None = None
         self._in_flight = 0
+        self._claim_seconds = RunningMean()
+        self._task_seconds = RunningMean()
         self._in_flight_lock = threading.Lock()
         self._topics: list[str] = []
         self._topics_checked = 0.0
@@ -181,7 +198,7 @@ class Node:
             if self.config.burst and not claimed and self.in_flight == 0 and self._completer_idle():
                 logger.info("Burst mode: nothing is due, exiting.")
                 return
-            if claimed and self.in_flight < self.config.capacity:
+            if claimed and self.in_flight < self.capacity:
                 continue
             self._wakeup.wait(self._idle_timeout())
 
@@ -193,10 +210,14 @@ class Node:
             return 0
         start = next(self._round_robin) % len(topics)
         for topic in topics[start:] + topics[:start]:
-            free = self.config.capacity - self.in_flight
+            free = self.capacity - self.in_flight
             if free <= 0 or self._stopping.is_set():
                 break
-            tasks = queue.poll(topic, min(free, self.config.batch_size), owner=self.owner)
+            started = time.monotonic()
+            tasks = queue.poll(
+                topic, min(free, self.config.batch_size), owner=self.owner, heartbeat_owner=False
+            )
+            self._claim_seconds.add(time.monotonic() - started)
             if tasks and topic == self._leader_topic():
                 self._stamp_term(tasks)
             if tasks:
@@ -247,7 +268,10 @@ class Node:
             else:
                 self.finish(task_type, task, verdict, final=True)
         if runnable:
-            for task, decision in zip(runnable, task_type.run(runnable), strict=True):
+            started = time.monotonic()
+            decisions = task_type.run(runnable)
+            self._task_seconds.add((time.monotonic() - started) / len(runnable))
+            for task, decision in zip(runnable, decisions, strict=True):
                 self.finish(task_type, task, decision)
 
     def _pre_run_verdict(self, task_type: TaskType, task: Task, now: datetime) -> Decision | None:
@@ -323,6 +347,23 @@ class Node:
     # --- bookkeeping used by the completer ----------------------------------------------
 
     @property
+    def capacity(self) -> int:
+        """How many tasks the node holds at most: one per worker plus an adaptive buffer.
+
+        The buffer is ``BUFFER`` for slow tasks; when tasks are fast compared with a
+        claim, it grows so that the workers never wait for the next claim (enough for
+        two claims' worth of work), up to ``10 * BATCH_SIZE``. Claimed tasks are not
+        available to other nodes, so slow tasks are never hoarded.
+        """
+        config = self.config
+        buffer = config.buffer
+        task_s, claim_s = self._task_seconds.value, self._claim_seconds.value
+        if task_s is not None and claim_s is not None:
+            wanted = math.ceil(2 * config.workers * claim_s / max(task_s, 1e-6))
+            buffer = min(max(buffer, wanted), max(buffer, 10 * config.batch_size))
+        return config.workers + buffer
+
+    @property
     def in_flight(self) -> int:
         """Tasks claimed by this node and not yet completed or released."""
         with self._in_flight_lock:
@@ -335,7 +376,7 @@ class Node:
     def done(self, n: int) -> None:
         """``n`` tasks left this node (completed or released): wake the dispatcher if it was full."""
         with self._in_flight_lock:
-            was_full = self._in_flight >= self.config.capacity
+            was_full = self._in_flight >= self.capacity
             self._in_flight -= n
         if was_full or self.config.burst:
             self._wakeup.set()
@@ -371,7 +412,7 @@ class Node:
     def _idle_timeout(self) -> float:
         """Seconds to sleep: until the next delayed task is due, at most one poll interval."""
         timeout = self.config.poll_interval
-        if self.in_flight >= self.config.capacity or not self._topics:
+        if self.in_flight >= self.capacity or not self._topics:
             return timeout
         pending = Task.objects.using(db.alias()).filter(
             topic_id__in=self._topics, state=TaskState.PENDING, execute_at__isnull=False
