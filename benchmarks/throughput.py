@@ -1,0 +1,1049 @@
+"""Node throughput and start latency, beside django-tasks-db, procrastinate and a pgbench ceiling.
+
+Measured in one run, on each database asked for (``--databases``):
+
+- **ours**: a real ``manage.py runscheduler --burst`` subprocess draining ``--tasks`` no-op
+  tasks, once with settings tuned for a no-op drain (:data:`TUNED`) and once with the
+  defaults. Tasks/s = tasks / (last ``finished_at`` - first ``started_at``), read from the
+  task table, so process start-up is excluded; the wall time of the process, start-up
+  included, is reported beside it.
+- **django-tasks-db**: its ``db_worker --batch`` (one worker), timed the same way from its
+  results table (``started_at``/``finished_at``).
+- **procrastinate** (PostgreSQL only): its worker, ``--concurrency 8 --one-shot``, timed from
+  its ``procrastinate_events`` table (first ``started`` to last ``succeeded``).
+- **the ceiling** (PostgreSQL only): ``pgbench`` with 4 clients running
+  ``pgbench_claim.sql`` (claim one task with ``SKIP LOCKED`` and finish it, one transaction
+  per task) on our own task table; ``pgbench_claim_two_step.sql`` (claim, then finish: two
+  transactions per task) is reported beside it.
+- **start latency** of a due task on an idle node (a long-running ``runscheduler`` with the
+  default settings): push one task and read when its handler started (the ``latency``
+  consumer stores ``time.time()``), against the push's commit; and for a task pushed with
+  ``execute_at`` a little ahead, against ``execute_at``.
+
+The peers live in their own virtualenv, ``benchmarks/.venv-peers`` (created on first use,
+pinned versions: :data:`PEER_PACKAGES`); they are never dependencies of the package.
+
+Usage::
+
+    ./run bench throughput
+    python benchmarks/throughput.py --databases postgres,mysql,sqlite --tasks 10000 --repeat 3
+    python benchmarks/throughput.py --databases postgres --skip-peers --latency-samples 0
+
+Results: ``benchmarks/results/throughput.json`` and ``benchmarks/results/throughput.md``.
+The machine is shared and noisy: figures are medians of ``--repeat`` rounds, each round runs
+every system once, and ratios are taken within a round.
+"""
+
+# Run as a script, this folder is sys.path[0], and its queue.py would shadow the standard
+# library's queue (imported by subprocess, logging, psycopg...): keep it off the path first.
+# ruff: noqa: E402
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+
+import argparse
+import dataclasses
+import importlib.metadata
+import json
+import math
+import os
+import platform
+import random
+import re
+import shutil
+import signal
+import sqlite3
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+ROOT = _HERE.parent
+sys.path.insert(0, str(ROOT))
+RESULTS = _HERE / "results"
+PEERS_VENV = _HERE / ".venv-peers"
+
+#: The peers, pinned. Django, psycopg and mysqlclient are pinned to this environment's versions.
+PEER_PACKAGES = {"django-tasks-db": "0.13.0", "procrastinate": "3.10.0"}
+
+#: Node settings for a no-op drain: claim and complete in batches of 500 and keep up to
+#: 1,000 claimed tasks ready. With no-op tasks a claimed task is done in microseconds, so a
+#: node's throughput is (tasks it may hold) / (claim + completion round trip): the defaults
+#: (5 workers + a buffer of 10) hold 15.
+TUNED = {"WORKERS": 4, "BUFFER": 1000, "BATCH_SIZE": 500}
+
+TOPIC = "noop"
+LATENCY_TOPIC = "latency"
+#: How far ahead ``execute_at`` is set in the delayed latency samples, in seconds.
+LATENCY_AHEAD = 0.3
+PROCRASTINATE_CONCURRENCY = 8
+PGBENCH = shutil.which("pgbench") or "/usr/bin/pgbench"
+PGBENCH_CLIENTS = 4
+#: Seconds a peer's worker may run before it is stopped (SIGTERM, graceful) and timed on the
+#: tasks it finished. django-tasks-db drains about 100 tasks/s here: 10,000 tasks would take
+#: minutes per round, and a one-task-at-a-time worker's rate does not depend on how far
+#: into the queue it is. Off PostgreSQL, django-tasks-db runs in the first round only.
+PEER_TIME_BOX = 45.0
+
+#: Connection settings per database; ``NAME`` is added by :func:`database`.
+SERVERS: dict[str, dict[str, Any]] = {
+    "postgres": {
+        "ENGINE": "django.db.backends.postgresql",
+        "HOST": "127.0.0.1",
+        "PORT": 5432,
+        "USER": "root",
+        "PASSWORD": "",
+    },
+    "mysql": {
+        "ENGINE": "django.db.backends.mysql",
+        "HOST": "127.0.0.1",
+        "PORT": 3306,
+        "USER": "root",
+        "PASSWORD": "",
+        "OPTIONS": {"charset": "utf8mb4", "isolation_level": "read committed"},
+    },
+    "sqlite": {"ENGINE": "django.db.backends.sqlite3", "OPTIONS": {"timeout": 30}},
+}
+LABELS = {"postgres": "PostgreSQL", "mysql": "MariaDB", "sqlite": "SQLite"}
+OURS_DB = "bench_throughput"
+TASKS_DB_DB = "bench_peers_tasks_db"
+PROCRASTINATE_DB = "bench_peers_procrastinate"
+TASKS_DB_TABLE = "django_tasks_database_dbtaskresult"
+
+OURS_TUNED = "ours (tuned)"
+OURS_DEFAULT = "ours (defaults)"
+TASKS_DB = "django-tasks-db"
+PROCRASTINATE = "procrastinate"
+CEILING = "ceiling: pgbench, 1 txn/task"
+TWO_STEP = "pgbench, 2 txns/task"
+
+
+# --- databases ------------------------------------------------------------------------------
+
+
+def database(vendor: str, name: str) -> dict[str, Any]:
+    """The ``DATABASES`` entry for database ``name`` on ``vendor``'s server (SQLite: a temp file)."""
+    config = json.loads(json.dumps(SERVERS[vendor]))
+    if vendor == "sqlite":
+        config["NAME"] = str(Path(tempfile.gettempdir()) / f"{name}.sqlite3")
+    else:
+        config["NAME"] = name
+    return config
+
+
+def alias_of(vendor: str, name: str) -> str:
+    """The orchestrator's Django alias for a benchmark database."""
+    return f"{name}_{vendor}"
+
+
+def configure(vendors: list[str]) -> None:
+    """Set up Django in this process with every database the run touches."""
+    import django
+    from django.conf import settings
+
+    databases = {}
+    for vendor in vendors:
+        for name in (OURS_DB, TASKS_DB_DB) + ((PROCRASTINATE_DB,) if vendor == "postgres" else ()):
+            databases[alias_of(vendor, name)] = database(vendor, name)
+    databases["default"] = databases[alias_of(vendors[0], OURS_DB)]
+    settings.configure(
+        DATABASES=databases,
+        INSTALLED_APPS=["django_tasks_coord"],
+        USE_TZ=True,
+        TIME_ZONE="UTC",
+        DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
+        LOGGING_CONFIG=None,
+    )
+    django.setup()
+
+
+def create_database(config: dict[str, Any]) -> None:
+    """Create a benchmark database on its server if it does not exist yet."""
+    name = config["NAME"]
+    if config["ENGINE"].endswith("postgresql"):
+        import psycopg
+
+        with psycopg.connect(
+            host=config["HOST"],
+            port=config["PORT"],
+            user=config["USER"],
+            dbname="postgres",
+            autocommit=True,
+        ) as conn:
+            if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
+                conn.execute(f'CREATE DATABASE "{name}"')
+    elif config["ENGINE"].endswith("mysql"):
+        import MySQLdb
+
+        conn = MySQLdb.connect(
+            host=config["HOST"], port=config["PORT"], user=config["USER"], passwd=config["PASSWORD"]
+        )
+        conn.cursor().execute(f"CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4")
+        conn.close()
+
+
+def reachable(vendor: str) -> bool:
+    """Whether ``vendor``'s server answers (creating the benchmark database on the way)."""
+    try:
+        create_database(database(vendor, OURS_DB))
+    except Exception as exc:  # noqa: BLE001 - report and skip any unreachable server
+        print(f"skipping {vendor}: {exc}")
+        return False
+    return True
+
+
+def query(alias: str, sql: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
+    """Run raw SQL on ``alias`` (autocommit) and return its rows."""
+    from django.db import connections
+
+    with connections[alias].cursor() as cursor:
+        cursor.execute(sql, params or [])
+        return list(cursor.fetchall()) if cursor.description else []
+
+
+def tidy(alias: str, table: str) -> None:
+    """Refresh planner statistics after refilling ``table`` (and drop dead rows on PostgreSQL)."""
+    from django.db import connections
+
+    vendor = connections[alias].vendor
+    if vendor == "postgresql":
+        query(alias, f"VACUUM ANALYZE {table}")
+    elif vendor == "mysql":
+        query(alias, f"ANALYZE TABLE {table}")
+    connections[alias].close()  # hold nothing (SQLite: no lock) while a subprocess runs
+
+
+def as_datetime(value: Any) -> datetime:
+    """A timestamp read with raw SQL, made aware: MySQL gives naive UTC, SQLite a string."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if not isinstance(value, datetime):
+        raise TypeError(f"Expected a timestamp, got {value!r}.")
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+# --- processes ------------------------------------------------------------------------------
+
+
+def django_env(
+    config: dict[str, Any], *, system: str = "coord", tasks_coord: dict[str, Any] | None = None
+) -> dict[str, str]:
+    """Environment for a ``manage.py`` subprocess using ``benchmarks/bench_settings.py``."""
+    env = dict(os.environ)
+    env.update(
+        DJANGO_SETTINGS_MODULE="benchmarks.bench_settings",
+        BENCH_SYSTEM=system,
+        BENCH_DATABASE=json.dumps(config),
+        BENCH_TASKS_COORD=json.dumps(tasks_coord or {}),
+        PYTHONPATH=str(ROOT),
+    )
+    return env
+
+
+def run(
+    cmd: list[Any], env: dict[str, str] | None = None, *, time_box: float | None = None
+) -> tuple[float, str]:
+    """Run ``cmd`` in the project root; return its wall time and output. Raise if it fails.
+
+    With ``time_box``, the process gets SIGTERM (a graceful stop) after that many seconds.
+    """
+    with tempfile.TemporaryFile(mode="w+") as out:
+        start = time.perf_counter()
+        args = [str(part) for part in cmd]
+        process = subprocess.Popen(args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        stopped = False
+        try:
+            process.wait(timeout=time_box)
+        except subprocess.TimeoutExpired:
+            stopped = True
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        elapsed = time.perf_counter() - start
+        out.seek(0)
+        output = out.read()
+    if process.returncode and not stopped:
+        raise RuntimeError(f"{' '.join(args)} exited with {process.returncode}:\n{output[-4000:]}")
+    return elapsed, output
+
+
+@dataclasses.dataclass
+class Drain:
+    """One drain: how many tasks finished and how long it took."""
+
+    tasks: int
+    drain_s: float  # first start to last finish, from the system's own table
+    wall_s: float  # the worker process, start-up and shutdown included
+    round: int = 0  # which round of the run measured it
+
+    @property
+    def rate(self) -> float:
+        return self.tasks / self.drain_s
+
+    @property
+    def wall_rate(self) -> float:
+        return self.tasks / self.wall_s if self.wall_s else 0.0
+
+
+def drain_from(
+    rows: list[tuple[Any, ...]], wall: float, queued: int, what: str, *, partial: bool = False
+) -> Drain:
+    """A :class:`Drain` from one ``(finished count, first start, last finish)`` row.
+
+    Every queued task must have finished, unless ``partial`` (a time-boxed peer).
+    """
+    done, first, last = int(rows[0][0] or 0), rows[0][1], rows[0][2]
+    if done < 2 or (done != queued and not partial):
+        raise RuntimeError(f"{what}: {done} of {queued} tasks finished.")
+    return Drain(done, (as_datetime(last) - as_datetime(first)).total_seconds(), wall)
+
+
+# --- our node -------------------------------------------------------------------------------
+
+
+@contextmanager
+def on(alias: str) -> Iterator[None]:
+    """Point the queue API of this process at ``alias``."""
+    from django.test.utils import override_settings
+
+    with override_settings(TASKS_COORD={"DATABASE": alias}):
+        yield
+
+
+def fill_ours(vendor: str, count: int) -> None:
+    """Empty our task table and push ``count`` no-op tasks (``push_many``, 1,000 at a time)."""
+    from django_tasks_coord import queue
+    from django_tasks_coord.models import Owner, Task
+
+    alias = alias_of(vendor, OURS_DB)
+    with on(alias):
+        queue.register_topic(TOPIC)
+        queue.register_topic(LATENCY_TOPIC)
+        Task.objects.using(alias).all().delete()
+        Owner.objects.using(alias).all().delete()
+        for start in range(0, count, 1000):
+            queue.push_many(
+                TOPIC, [(f"task-{i}", None) for i in range(start, min(count, start + 1000))]
+            )
+    tidy(alias, Task._meta.db_table)
+
+
+def drain_ours(vendor: str, count: int, settings: dict[str, Any]) -> Drain:
+    """Fill the queue, then drain it with one ``runscheduler --burst`` process."""
+    from django.db.models import Count, Max, Min, Q
+
+    from django_tasks_coord.enums import TaskState
+    from django_tasks_coord.models import Task
+
+    fill_ours(vendor, count)
+    env = django_env(database(vendor, OURS_DB), tasks_coord=settings)
+    cmd = [sys.executable, "manage.py", "runscheduler", "--burst", "--topic", TOPIC, "-v", "0"]
+    wall, output = run(cmd, env)
+    alias = alias_of(vendor, OURS_DB)
+    row = (
+        Task.objects.using(alias)
+        .filter(topic_id=TOPIC)
+        .aggregate(
+            done=Count("pk", filter=Q(state=TaskState.SUCCEEDED)),
+            first=Min("started_at"),
+            last=Max("finished_at"),
+        )
+    )
+    what = f"runscheduler (output: {output[-1500:]!r})"
+    return drain_from([(row["done"], row["first"], row["last"])], wall, count, what)
+
+
+def node_settings(overrides: dict[str, Any]) -> dict[str, Any]:
+    """Every setting a node started with ``TASKS_COORD=overrides`` runs with."""
+    from django.test.utils import override_settings
+
+    from django_tasks_coord.node import NodeConfig
+
+    with override_settings(TASKS_COORD=overrides):
+        config = dataclasses.asdict(NodeConfig.from_settings())
+    config.pop("node_id", None)
+    config.pop("burst", None)
+    return config
+
+
+# --- the peers ------------------------------------------------------------------------------
+
+
+def peer_pins() -> list[str]:
+    """The packages of the peers' virtualenv, every one pinned."""
+    pins = [f"{name}=={version}" for name, version in PEER_PACKAGES.items()]
+    pins.append(f"Django=={importlib.metadata.version('Django')}")
+    pins.append(f"psycopg[binary]=={importlib.metadata.version('psycopg')}")
+    with suppress(importlib.metadata.PackageNotFoundError):
+        pins.append(f"mysqlclient=={importlib.metadata.version('mysqlclient')}")
+    return pins
+
+
+def peers_python() -> Path:
+    """Create ``benchmarks/.venv-peers`` on first use (or when the pins change); its Python."""
+    python = PEERS_VENV / "bin" / "python"
+    marker = PEERS_VENV / "pins.txt"
+    pins = peer_pins()
+    if python.exists() and marker.exists() and marker.read_text().split() == pins:
+        return python
+    print(f"Creating {PEERS_VENV.relative_to(ROOT)} with {' '.join(pins)}", flush=True)
+    subprocess.run([sys.executable, "-m", "venv", "--clear", str(PEERS_VENV)], check=True)
+    subprocess.run(
+        [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *pins],
+        check=True,
+    )
+    marker.write_text("\n".join(pins) + "\n")
+    return python
+
+
+def peer_versions(python: Path) -> dict[str, str]:
+    """Installed versions of the peers' packages, as their virtualenv reports them."""
+    script = (
+        "import importlib.metadata as m, json, sys; "
+        "print(json.dumps({n: m.version(n) for n in sys.argv[1:]}))"
+    )
+    names = [*PEER_PACKAGES, "Django", "psycopg"]
+    out = subprocess.run([python, "-c", script, *names], capture_output=True, text=True, check=True)
+    versions: dict[str, str] = json.loads(out.stdout)
+    return versions
+
+
+class Peers:
+    """Runs django-tasks-db and procrastinate from their virtualenv."""
+
+    def __init__(self) -> None:
+        self.python = peers_python()
+        self.versions = peer_versions(self.python)
+        self._ready: set[str] = set()
+
+    def tasks_db(self, vendor: str, count: int) -> Drain:
+        """Enqueue ``count`` no-op tasks, then drain them with one ``db_worker --batch``."""
+        config = database(vendor, TASKS_DB_DB)
+        env = django_env(config, system="tasks_db")
+        if f"tasks_db-{vendor}" not in self._ready:
+            create_database(config)
+            run([self.python, "-m", "benchmarks.benchapp.peers", "tasks_db", "migrate"], env)
+            self._ready.add(f"tasks_db-{vendor}")
+        run([self.python, "-m", "benchmarks.benchapp.peers", "tasks_db", "enqueue", count], env)
+        alias = alias_of(vendor, TASKS_DB_DB)
+        tidy(alias, TASKS_DB_TABLE)
+        cmd = [self.python, "manage.py", "db_worker", "--batch", "--no-startup-delay"]
+        wall, _ = run([*cmd, "--interval", "0", "-v", "0"], env, time_box=PEER_TIME_BOX)
+        rows = query(
+            alias,
+            "SELECT SUM(CASE WHEN status = 'SUCCESSFUL' THEN 1 ELSE 0 END), "
+            f"MIN(started_at), MAX(finished_at) FROM {TASKS_DB_TABLE}",
+        )
+        return drain_from(rows, wall, count, "db_worker", partial=True)
+
+    def procrastinate(self, count: int) -> Drain:
+        """Defer ``count`` no-op jobs, then run one worker (concurrency 8) until none is left."""
+        config = database("postgres", PROCRASTINATE_DB)
+        env = dict(os.environ)
+        env.update(
+            PYTHONPATH=str(ROOT),
+            BENCH_PROCRASTINATE_DSN=(
+                f"host={config['HOST']} port={config['PORT']} user={config['USER']} "
+                f"dbname={config['NAME']}"
+            ),
+        )
+        helper = [self.python, "-m", "benchmarks.benchapp.peers", "procrastinate"]
+        if "procrastinate" not in self._ready:
+            create_database(config)
+            run([*helper, "schema"], env)
+            self._ready.add("procrastinate")
+        run([*helper, "enqueue", count], env)
+        alias = alias_of("postgres", PROCRASTINATE_DB)
+        tidy(alias, "procrastinate_jobs")
+        worker = [
+            PEERS_VENV / "bin" / "procrastinate",
+            "--app=benchmarks.benchapp.procrastinate_app.app",
+            "worker",
+            "--concurrency",
+            PROCRASTINATE_CONCURRENCY,
+            "--one-shot",
+            "--queues",
+            "bench",
+        ]
+        wall, _ = run(worker, env, time_box=PEER_TIME_BOX)
+        rows = query(
+            alias,
+            "SELECT count(*) FILTER (WHERE type = 'succeeded'), "
+            "min(at) FILTER (WHERE type = 'started'), max(at) FILTER (WHERE type = 'succeeded') "
+            "FROM procrastinate_events",
+        )
+        return drain_from(rows, wall, count, "procrastinate worker", partial=True)
+
+
+# --- the ceiling ----------------------------------------------------------------------------
+
+
+def pgbench(script: str, count: int) -> tuple[Drain, float]:
+    """Drain ``count`` tasks from our table with ``pgbench``, 4 clients; the drain and pgbench's tps.
+
+    Each client runs a few more transactions than its share, so the drain always
+    completes; the extra ones find nothing. The rate is timed from the table like the
+    node's (the scripts stamp ``clock_timestamp()``).
+    """
+    fill_ours("postgres", count)
+    config = database("postgres", OURS_DB)
+    per_client = math.ceil(count / PGBENCH_CLIENTS) + 50
+    cmd = [PGBENCH, "-h", config["HOST"], "-p", config["PORT"], "-U", config["USER"], "-n"]
+    cmd += ["-f", _HERE / script, "-c", PGBENCH_CLIENTS, "-j", 2, "-t", per_client, config["NAME"]]
+    wall, output = run(cmd)
+    match = re.search(r"tps = ([\d.]+)", output)
+    rows = query(
+        alias_of("postgres", OURS_DB),
+        "SELECT count(*) FILTER (WHERE state = 40), min(started_at), max(finished_at) "
+        "FROM django_tasks_coord_task WHERE topic_id = %s",
+        [TOPIC],
+    )
+    return drain_from(rows, wall, count, f"pgbench {script}"), float(match[1]) if match else 0.0
+
+
+# --- start latency --------------------------------------------------------------------------
+
+
+def p99(values: list[float]) -> float:
+    """The 99th percentile, nearest rank: with fewer than 100 samples, the maximum."""
+    ordered = sorted(values)
+    return ordered[max(math.ceil(0.99 * len(ordered)) - 1, 0)]
+
+
+def summary_ms(values: list[float]) -> dict[str, Any]:
+    """Median, p99, min and max of latencies given in seconds, in milliseconds."""
+    ms = [v * 1000 for v in values]
+    return {
+        "samples": len(ms),
+        "median_ms": round(statistics.median(ms), 2),
+        "p99_ms": round(p99(ms), 2),
+        "min_ms": round(min(ms), 2),
+        "max_ms": round(max(ms), 2),
+        "samples_ms": [round(v, 2) for v in ms],
+    }
+
+
+@contextmanager
+def idle_node(vendor: str) -> Iterator[Callable[[Callable[[], bool], str], None]]:
+    """Run a long-lived node (default settings) on the latency topic; yield a ``wait_for``.
+
+    ``wait_for(condition, what)`` polls ``condition`` every 10 ms and fails with the node's
+    output if the node died or 30 s passed. The node gets SIGTERM on the way out.
+    """
+    from django_tasks_coord.models import Owner
+
+    alias = alias_of(vendor, OURS_DB)
+    env = django_env(database(vendor, OURS_DB))
+    cmd = [sys.executable, "manage.py", "runscheduler", "--topic", LATENCY_TOPIC, "-v", "0"]
+    with tempfile.TemporaryFile(mode="w+") as log:
+        node = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+        def wait_for(condition: Callable[[], bool], what: str) -> None:
+            deadline = time.monotonic() + 30
+            while not condition():
+                if node.poll() is not None or time.monotonic() > deadline:
+                    log.seek(0)
+                    raise RuntimeError(f"Latency node ({vendor}): no {what}.\n{log.read()}")
+                time.sleep(0.01)
+
+        try:
+            wait_for(Owner.objects.using(alias).filter(pid=node.pid).exists, "registration")
+            if vendor == "postgres":
+                listening = (
+                    "SELECT 1 FROM pg_stat_activity WHERE datname = %s AND query LIKE 'LISTEN %%'"
+                )
+                wait_for(lambda: bool(query(alias, listening, [OURS_DB])), "LISTEN")
+            yield wait_for
+        finally:
+            node.send_signal(signal.SIGTERM)
+            try:
+                node.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                node.kill()
+                node.wait()
+
+
+def latency(vendor: str, samples: int, poll_interval: float) -> dict[str, Any]:
+    """Time ``samples`` single tasks on an idle node, pushed due and pushed ahead.
+
+    ``push``: handler start minus the moment the push's commit returned. ``execute_at``:
+    handler start minus ``execute_at``, for tasks pushed :data:`LATENCY_AHEAD` s ahead.
+    Before each push the node idles 50-150 ms; on databases without LISTEN/NOTIFY, where
+    the node finds work by polling, a random part of a poll interval is added so that
+    pushes land at every phase of the node's poll cycle, not just after a poll.
+    """
+    from django.utils import timezone
+
+    from django_tasks_coord import queue
+    from django_tasks_coord.enums import TaskState
+    from django_tasks_coord.models import Task
+
+    alias = alias_of(vendor, OURS_DB)
+    jitter = 0.0 if vendor == "postgres" else poll_interval
+    fill_ours(vendor, 0)
+    with on(alias), idle_node(vendor) as wait_for:
+
+        def sample(i: int, ahead: float) -> float:
+            time.sleep(random.uniform(0.05, 0.15) + random.uniform(0, jitter))
+            execute_at = timezone.now() + timedelta(seconds=ahead) if ahead else None
+            task = queue.push(LATENCY_TOPIC, f"sample-{i}", execute_at=execute_at)
+            committed = time.time()
+            done = Task.objects.using(alias).filter(pk=task.pk, state=TaskState.SUCCEEDED)
+            wait_for(done.exists, f"completion of task #{task.pk}")
+            started = float(done.values_list("message", flat=True)[0])
+            return started - (execute_at.timestamp() if execute_at else committed)
+
+        for i in range(3):  # warm-up: connections, imports, first queries
+            sample(-1 - i, 0)
+        push = [sample(i, 0) for i in range(samples)]
+        delayed = [sample(samples + i, LATENCY_AHEAD) for i in range(samples)]
+    return {"push": summary_ms(push), "execute_at": summary_ms(delayed)}
+
+
+# --- one run --------------------------------------------------------------------------------
+
+
+def median_of(drains: list[Drain]) -> dict[str, Any]:
+    """Median rates of several drains, with every sample."""
+    return {
+        "rate": round(statistics.median(d.rate for d in drains)),
+        "wall_rate": round(statistics.median(d.wall_rate for d in drains)),
+        "samples": [
+            {
+                "tasks": d.tasks,
+                "rate": round(d.rate),
+                "drain_s": round(d.drain_s, 3),
+                "wall_s": round(d.wall_s, 3),
+                "wall_rate": round(d.wall_rate),
+            }
+            for d in drains
+        ],
+    }
+
+
+def migrate_ours(vendor: str) -> None:
+    """Bring our benchmark database up to the migrations on disk.
+
+    A subprocess, so it sees the code as it is now: other work may add migrations while a
+    long run goes on, and every round starts from the current schema.
+    """
+    env = django_env(database(vendor, OURS_DB))
+    run([sys.executable, "manage.py", "migrate", "-v", "0"], env)
+
+
+def run_all(args: argparse.Namespace, vendors: list[str]) -> dict[str, Any]:
+    """Every measurement, interleaved: each round runs each system once on each database.
+
+    A measurement that fails is reported and left out; the run goes on.
+    """
+    peers = None if args.skip_peers else Peers()
+    drains: dict[str, dict[str, list[Drain]]] = {v: {} for v in vendors}
+    tps: dict[str, list[float]] = {CEILING: [], TWO_STEP: []}
+    errors: list[str] = []
+    round_ = 0
+
+    def attempt(what: str, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except Exception as exc:  # noqa: BLE001 - one failed measurement must not end the run
+            errors.append(f"{what}: {str(exc)[-2000:]}")
+            print(f"  FAILED {what}: {str(exc)[-2000:]}", flush=True)
+            return None
+
+    def measure(vendor: str, name: str, fn: Callable[[], Drain]) -> None:
+        drain = attempt(f"{vendor} {name}", fn)
+        if drain is None:
+            return
+        drain.round = round_
+        drains[vendor].setdefault(name, []).append(drain)
+        print(
+            f"  {vendor:8} {name:30} {drain.rate:8.0f} tasks/s  "
+            f"(drain {drain.drain_s:6.2f}s, wall {drain.wall_s:6.2f}s, {drain.tasks} tasks)",
+            flush=True,
+        )
+
+    def ceiling(name: str, script: str) -> Drain:
+        drain, rate = pgbench(script, args.tasks)
+        tps[name].append(rate)
+        return drain
+
+    for round_ in range(args.repeat):
+        print(f"round {round_ + 1} of {args.repeat}", flush=True)
+        for vendor in vendors:
+            attempt(f"{vendor} migrate", lambda v=vendor: migrate_ours(v))
+            measure(vendor, OURS_TUNED, lambda v=vendor: drain_ours(v, args.tasks, TUNED))
+            measure(vendor, OURS_DEFAULT, lambda v=vendor: drain_ours(v, args.tasks, {}))
+            if peers is not None and (vendor == "postgres" or round_ == 0):
+                measure(vendor, TASKS_DB, lambda v=vendor: peers.tasks_db(v, args.tasks))
+            if vendor == "postgres" and peers is not None:
+                measure(vendor, PROCRASTINATE, lambda: peers.procrastinate(args.tasks))
+            if vendor == "postgres" and Path(PGBENCH).exists():
+                measure(vendor, CEILING, lambda: ceiling(CEILING, "pgbench_claim.sql"))
+                measure(vendor, TWO_STEP, lambda: ceiling(TWO_STEP, "pgbench_claim_two_step.sql"))
+    latencies = {}
+    if args.latency_samples:
+        poll_interval = args.node_settings["defaults"]["poll_interval"]
+        for vendor in vendors:
+            print(f"  {vendor:8} start latency, {args.latency_samples} samples x 2", flush=True)
+            measured = attempt(
+                f"{vendor} latency",
+                lambda v=vendor: latency(v, args.latency_samples, poll_interval),
+            )
+            if measured is not None:
+                latencies[vendor] = measured
+    return {
+        "throughput": {
+            vendor: {name: median_of(values) for name, values in by_name.items()}
+            for vendor, by_name in drains.items()
+        },
+        "ratios": ratios(drains),
+        "pgbench_tps": {name: [round(v) for v in values] for name, values in tps.items() if values},
+        "latency": latencies,
+        "peer_versions": peers.versions if peers else {},
+        "errors": errors,
+    }
+
+
+def ratios(drains: dict[str, dict[str, list[Drain]]]) -> dict[str, dict[str, float]]:
+    """Ours (tuned) over each other system, per round, then the median over rounds."""
+    result: dict[str, dict[str, float]] = {}
+    for vendor, by_name in drains.items():
+        ours = by_name.get(OURS_TUNED, [])
+        result[vendor] = {}
+        for name, others in by_name.items():
+            if name == OURS_TUNED:
+                continue
+            other_by_round = {d.round: d for d in others}
+            per_round = [
+                d.rate / other_by_round[d.round].rate for d in ours if d.round in other_by_round
+            ]
+            if per_round:
+                result[vendor][name] = round(statistics.median(per_round), 2)
+    return result
+
+
+# --- results --------------------------------------------------------------------------------
+
+
+def server_info(vendors: list[str]) -> dict[str, Any]:
+    """Database server versions and the durability settings that bound per-commit costs."""
+    info: dict[str, Any] = {}
+    if "postgres" in vendors:
+        alias = alias_of("postgres", OURS_DB)
+        names = (
+            "server_version",
+            "fsync",
+            "synchronous_commit",
+            "wal_sync_method",
+            "shared_buffers",
+        )
+        rows = query(
+            alias, "SELECT name, setting FROM pg_settings WHERE name = ANY(%s)", [list(names)]
+        )
+        info["postgres"] = dict(rows)
+        if Path(PGBENCH).exists():
+            info["pgbench"] = subprocess.run(
+                [PGBENCH, "--version"], capture_output=True, text=True
+            ).stdout.strip()
+    if "mysql" in vendors:
+        alias = alias_of("mysql", OURS_DB)
+        rows = query(
+            alias,
+            "SHOW VARIABLES WHERE Variable_name IN "
+            "('version', 'innodb_flush_log_at_trx_commit', 'innodb_buffer_pool_size')",
+        )
+        info["mysql"] = {name: value for name, value in rows}
+    if "sqlite" in vendors:
+        info["sqlite"] = {"version": sqlite3.sqlite_version, "journal_mode": "delete (default)"}
+    return info
+
+
+def machine() -> str:
+    """CPU model and count."""
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{model}, {os.cpu_count()} cores, {platform.system()} {platform.release()}"
+
+
+def git_revision() -> str:
+    """The commit measured, and whether the work tree differs from it."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "django_tasks_coord"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    except OSError:
+        return "unknown"
+    return f"{head}{' + uncommitted changes in django_tasks_coord/' if dirty else ''}"
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The issue's targets on PostgreSQL, each with its figure and whether it is met."""
+    pg = results["throughput"].get("postgres")
+    if not pg:
+        return []
+    rows: list[dict[str, Any]] = []
+
+    def add(target: str, figure: float | None, met: bool | None, unit: str) -> None:
+        rows.append({"target": target, "figure": figure, "unit": unit, "met": met})
+
+    for name in (OURS_TUNED, OURS_DEFAULT):
+        if name in pg:
+            add(f"{name}: >= 5,000 tasks/s", pg[name]["rate"], pg[name]["rate"] >= 5000, "tasks/s")
+    ratio = results["ratios"].get("postgres", {})
+    if CEILING in ratio:
+        add("ours (tuned) beats the 1-txn/task ceiling", ratio[CEILING], ratio[CEILING] > 1, "x")
+    if TASKS_DB in ratio:
+        add("ours (tuned) >= 10x django-tasks-db", ratio[TASKS_DB], ratio[TASKS_DB] >= 10, "x")
+    if PROCRASTINATE in ratio:
+        add(
+            "ours (tuned) >= 5x procrastinate", ratio[PROCRASTINATE], ratio[PROCRASTINATE] >= 5, "x"
+        )
+    lat = results["latency"].get("postgres")
+    if lat:
+        p = lat["push"]["p99_ms"]
+        add("start latency on an idle node: p99 < 50 ms", p, p < 50, "ms")
+    return rows
+
+
+def write_results(results: dict[str, Any], meta: dict[str, Any]) -> None:
+    """Write ``throughput.json`` and ``throughput.md`` and print the latter."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    results["targets"] = targets(results)
+    (RESULTS / "throughput.json").write_text(
+        json.dumps({"meta": meta, **results}, indent=2, default=str) + "\n"
+    )
+    md = markdown(results, meta)
+    (RESULTS / "throughput.md").write_text(md)
+    print(md)
+
+
+def markdown(results: dict[str, Any], meta: dict[str, Any]) -> str:
+    """The human-readable report."""
+    vendors = list(results["throughput"])
+    tput = results["throughput"]
+    lines = [
+        "# Throughput and start latency",
+        "",
+        f"{meta['date']}; {meta['machine']}; Python {meta['python']}, Django {meta['django']}, "
+        f"psycopg {meta['psycopg']}, mysqlclient {meta['mysqlclient']}; django-tasks-coord "
+        f"{meta['revision']}. {meta['tasks']} no-op tasks per drain, median of {meta['repeat']} "
+        f"rounds (every system runs once per round). Load average at start / end: "
+        f"{meta['load_start']} / {meta['load_end']}; total run time {meta['duration_min']} min.",
+        "",
+        "## Drain rate (tasks/s)",
+        "",
+        "Rate = tasks / (last finish - first start), from each system's own table: process "
+        "start-up excluded. In brackets: tasks / wall time of the worker process, start-up and "
+        "shutdown included.",
+        "",
+        "| system | " + " | ".join(LABELS[v] for v in vendors) + " |",
+        "| --- | " + " | ".join("---:" for _ in vendors) + " |",
+    ]
+    names: list[str] = []
+    for by_name in tput.values():
+        names += [n for n in by_name if n not in names]
+    for name in names:
+        cells = []
+        for vendor in vendors:
+            r = tput[vendor].get(name)
+            if r is None:
+                cells.append("-")
+                continue
+            notes = []
+            runs = len(r["samples"])
+            if runs != meta["repeat"]:
+                notes.append(f"{runs} run{'s' if runs > 1 else ''}")
+            done = sorted(sample["tasks"] for sample in r["samples"])
+            if done[0] < meta["tasks"]:
+                spread = f"{done[0]:,}" + (f"-{done[-1]:,}" if done[-1] != done[0] else "")
+                notes.append(f"{PEER_TIME_BOX:.0f} s box: {spread} done")
+            note = "".join(f"; {n}" for n in notes)
+            cells.append(f"{r['rate']:,} ({r['wall_rate']:,}{note})")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", "Ours (tuned) divided by each other system, per round, median:", ""]
+    lines += ["| ratio | " + " | ".join(LABELS[v] for v in vendors) + " |"]
+    lines += ["| --- | " + " | ".join("---:" for _ in vendors) + " |"]
+    for name in names:
+        if name == OURS_TUNED:
+            continue
+        cells = [
+            f"{results['ratios'][v][name]:.2f}x" if name in results["ratios"].get(v, {}) else "-"
+            for v in vendors
+        ]
+        lines.append(f"| ours (tuned) / {name} | " + " | ".join(cells) + " |")
+    if results["latency"]:
+        lines += [
+            "",
+            "## Start latency of a due task on an idle node (ms)",
+            "",
+            f"{meta['latency_samples']} samples each; with fewer than 100 samples the p99 "
+            "(nearest rank) is the maximum. `push`: handler start - the push's commit. "
+            f"`execute_at`: handler start - `execute_at`, pushed {LATENCY_AHEAD} s ahead. "
+            "Node with the default settings.",
+            "",
+            "| database | push median | push p99 | execute_at median | execute_at p99 |",
+            "| --- | ---: | ---: | ---: | ---: |",
+        ]
+        for vendor, lat in results["latency"].items():
+            push, delayed = lat["push"], lat["execute_at"]
+            lines.append(
+                f"| {LABELS[vendor]} | {push['median_ms']} | {push['p99_ms']} | "
+                f"{delayed['median_ms']} | {delayed['p99_ms']} |"
+            )
+    if results["errors"]:
+        lines += ["", "## Failed measurements (left out above)", ""]
+        lines += [f"- {(error.splitlines() or [error])[0]} ..." for error in results["errors"]]
+    if results["targets"]:
+        lines += [
+            "",
+            "## Targets (PostgreSQL)",
+            "",
+            "| target | figure | met |",
+            "| --- | ---: | --- |",
+        ]
+        for t in results["targets"]:
+            figure = f"{t['figure']:,} {t['unit']}" if t["unit"] != "x" else f"{t['figure']:.2f}x"
+            lines.append(f"| {t['target']} | {figure} | {'yes' if t['met'] else '**no**'} |")
+    tuned, default = meta["node_settings"]["tuned"], meta["node_settings"]["defaults"]
+    changed = {k: v for k, v in tuned.items() if default.get(k) != v}
+    held = default["workers"] + default["buffer"]
+    lines += [
+        "",
+        "## Reading the figures",
+        "",
+        f"- With the defaults a node holds at most WORKERS + BUFFER = {held} tasks, each from its "
+        "claim until its completion is written. A no-op task spends all that time waiting for "
+        "two committed transactions (its claim, then its completion), so the node does at most "
+        f"{held} tasks per claim-plus-completion round trip, however fast the handler (Little's "
+        f"law): claims of {held} tasks or fewer, each paying a flushed commit. The tuned settings "
+        f"let one claim take {tuned['batch_size']} tasks and keep {tuned['buffer']} ready.",
+        "- The pgbench ceiling pays one flushed commit per task (4 clients share flushes); "
+        "django-tasks-db pays two per task, one task at a time; a batching node pays two per "
+        "batch.",
+        "- MariaDB and SQLite have no LISTEN/NOTIFY: an idle node there finds new work at its next "
+        f"poll (`POLL_INTERVAL={default['poll_interval']}` s), so its start latency is about half "
+        "an interval on average and up to a whole one.",
+    ]
+    lines += [
+        "",
+        "## Settings and method",
+        "",
+        f"- Our node: `manage.py runscheduler --burst --topic {TOPIC}`, one process. Tuned: "
+        + ", ".join(f"`{k.upper()}={v}`" for k, v in changed.items())
+        + "; defaults: "
+        + ", ".join(f"`{k.upper()}={default[k]}`" for k in changed)
+        + ". Every other setting is the default: "
+        + ", ".join(f"`{k.upper()}={v}`" for k, v in default.items() if k not in changed)
+        + ". The queue is filled with `queue.push_many` (not timed).",
+        "- django-tasks-db "
+        f"{meta['peers'].get('django-tasks-db', '-')}: one `manage.py db_worker --batch "
+        "--no-startup-delay --interval 0` (one task at a time: a claim transaction, then a "
+        "finish); tasks enqueued with `bulk_create` of the rows `enqueue` writes (not timed). "
+        "Off PostgreSQL it runs in the first round only.",
+        f"- Both peers get the same {meta['tasks']:,}-task queue and at most {PEER_TIME_BOX:.0f} s: "
+        "a worker still busy then is stopped with SIGTERM (both stop gracefully) and timed on "
+        "the tasks it finished (`N s box: done` in the table). At about 100 tasks/s a full "
+        "django-tasks-db drain would take minutes per round, and a one-task-at-a-time worker's "
+        "rate does not depend on how far into the queue it is.",
+        f"- procrastinate {meta['peers'].get('procrastinate', '-')}: `procrastinate worker "
+        f"--concurrency {PROCRASTINATE_CONCURRENCY} --one-shot`, an `async def` no-op (its "
+        "fastest path: coroutines run on its event loop, plain functions in threads), a "
+        "connection pool of 10; jobs deferred with `batch_defer` (not timed); timed from "
+        "`procrastinate_events` (first `started`, last `succeeded`). PostgreSQL only.",
+        f"- Ceiling: `pgbench -c {PGBENCH_CLIENTS} -j 2 -t N` with `benchmarks/pgbench_claim.sql` "
+        "on our own task table and claim index: one statement per task that claims the next "
+        "due task with `FOR UPDATE SKIP LOCKED` and marks it finished. `pgbench_claim_two_step"
+        ".sql` claims in one transaction and finishes in a second, as a one-task-at-a-time "
+        f"worker must. pgbench's own tps: {results.get('pgbench_tps', {})}.",
+        "- Each system has its own database on the same server (`bench_throughput`, "
+        "`bench_peers_tasks_db`, `bench_peers_procrastinate`; SQLite files in the temp "
+        "directory), emptied and `VACUUM ANALYZE`d (MariaDB: `ANALYZE TABLE`) before each drain.",
+        f"- Servers: {json.dumps(meta['servers'])}. Every commit is flushed to disk "
+        "(PostgreSQL `synchronous_commit=on`, InnoDB `innodb_flush_log_at_trx_commit=1`): "
+        "per-transaction systems pay one flush per commit, batching systems one per batch.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--databases", default="postgres,mysql,sqlite")
+    parser.add_argument("--tasks", type=int, default=10000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--skip-peers", action="store_true", help="Leave out django-tasks-db and procrastinate."
+    )
+    parser.add_argument(
+        "--latency-samples", type=int, default=50, help="Per database and mode; 0: skip."
+    )
+    args = parser.parse_args()
+    wanted = [v.strip() for v in args.databases.split(",") if v.strip()]
+    unknown = sorted(set(wanted) - set(SERVERS))
+    if unknown:
+        parser.error(f"unknown database(s) {', '.join(unknown)}; choose from {', '.join(SERVERS)}")
+    vendors = [v for v in wanted if reachable(v)]
+    if not vendors:
+        sys.exit("No database reachable.")
+    started = time.monotonic()
+    load_start = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    configure(vendors)
+    # Read the node's settings (and import the node) before the long part: the tree may be
+    # edited while the benchmark runs.
+    args.node_settings = {"tuned": node_settings(TUNED), "defaults": node_settings({})}
+    results = run_all(args, vendors)
+
+    import django
+
+    def version(name: str) -> str:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            return "-"
+
+    meta = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "python": platform.python_version(),
+        "django": django.get_version(),
+        "psycopg": version("psycopg"),
+        "mysqlclient": version("mysqlclient"),
+        "revision": git_revision(),
+        "tasks": args.tasks,
+        "repeat": args.repeat,
+        "latency_samples": args.latency_samples,
+        "peers": results.pop("peer_versions"),
+        "servers": server_info(vendors),
+        "node_settings": args.node_settings,
+        "load_start": load_start,
+        "load_end": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+        "duration_min": round((time.monotonic() - started) / 60, 1),
+    }
+    write_results(results, meta)
+
+
+if __name__ == "__main__":
+    main()
