@@ -457,9 +457,13 @@ class Node:
         """Heartbeat every HEARTBEAT_FREQUENCY, reap dead owners, print the status line."""
         assert self.owner is not None
         last_beat = last_reap = last_status = time.monotonic()
+        next_beat = last_beat + self.config.heartbeat_frequency
         while not self._stopping.is_set():
-            self._lifeline_wake.wait(self.config.heartbeat_frequency)
+            # Fixed rate, not fixed delay: the time a beat takes does not push the next one
+            # back, so a standby notices a dead leader within liveness + one heartbeat.
+            self._lifeline_wake.wait(max(next_beat - time.monotonic(), 0.0))
             self._lifeline_wake.clear()
+            next_beat = max(next_beat + self.config.heartbeat_frequency, time.monotonic())
             if self._stopping.is_set():
                 return
             now = time.monotonic()
