@@ -15,7 +15,17 @@ from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError
-from django.db.models import CharField, Exists, F, Min, OuterRef, Q, Value
+from django.db.models import (
+    BooleanField,
+    CharField,
+    Exists,
+    ExpressionWrapper,
+    F,
+    Min,
+    OuterRef,
+    Q,
+    Value,
+)
 from django.db.models.functions import Concat
 from django.utils import timezone
 
@@ -52,18 +62,19 @@ def run_topic(job: PeriodicTask) -> str:
     return group_topic(job.group) if job.leader_only else JOBS_TOPIC
 
 
-def _run_in_flight() -> Exists:
+def _run_in_flight() -> Q:
+    """A job has an unfinished run, looked up by (topic, identifier) so the index serves it."""
     runs = Task.objects.filter(identifier=OuterRef("id"), state__lt=COMPLETED_MIN)
     leader_topic = Concat(Value(GROUP_TOPIC_PREFIX), OuterRef("group"), output_field=CharField())
-    return Exists(runs.filter(Q(topic_id=JOBS_TOPIC) | Q(topic_id=leader_topic)))
+    return (Q(leader_only=False) & Q(Exists(runs.filter(topic_id=JOBS_TOPIC)))) | (
+        Q(leader_only=True) & Q(Exists(runs.filter(topic_id=leader_topic)))
+    )
 
 
 def schedulable() -> Q:
     """Jobs that may fire: enabled, not paused, and not waiting (WAIT) for their previous run."""
     may_overlap = Q(allow_overlap=True) | ~Q(waiting_policy=WaitingPolicy.WAIT.value)
-    return Q(enabled=True, paused=False, nextrun__isnull=False) & (
-        may_overlap | Q(~_run_in_flight())
-    )
+    return Q(enabled=True, paused=False, nextrun__isnull=False) & (may_overlap | ~_run_in_flight())
 
 
 def jobs_paused() -> bool:
@@ -95,7 +106,9 @@ def submit_due(node: str = "", now: datetime | None = None, limit: int = 500) ->
         due = list(
             PeriodicTask.objects.using(using)
             .filter(schedulable(), nextrun__lte=now)
-            .annotate(run_in_flight=_run_in_flight())
+            .annotate(
+                run_in_flight=ExpressionWrapper(_run_in_flight(), output_field=BooleanField())
+            )
             .order_by("nextrun")
             .select_for_update(**db.lock_kwargs(conn))[:limit]
         )
