@@ -29,6 +29,7 @@ from django.db import IntegrityError, OperationalError
 from django.db.models.functions import Now
 
 from django_tasks_coord import db
+from django_tasks_coord.conf import app_settings
 from django_tasks_coord.exceptions import FencedError, InvalidArgumentError, TokenBusyError
 from django_tasks_coord.models import HealthCheck, TokenHolder
 
@@ -100,6 +101,7 @@ def _acquire(group: str, node_id: str, liveness: timedelta, using: str) -> int |
     holders = TokenHolder.objects.using(using)
     nowait = db.connection().features.has_select_for_update_nowait
     with db.write_transaction():
+        _bound_lock_window(liveness)
         holder = holders.select_for_update(nowait=nowait).filter(group_id=group).first()
         if holder is None:
             try:
@@ -167,6 +169,20 @@ def is_current(group: str, node_id: str, term: int) -> bool:
     return holders.filter(group_id=group, task_id=node_id, term=term).exists()
 
 
+def _bound_lock_window(limit: timedelta) -> None:
+    """On PostgreSQL, let the server end this transaction if its process freezes in it.
+
+    The token row is locked only for an instant, but a process stopped (SIGSTOP, a
+    VM pause) in that instant would keep it locked; with this the server rolls the
+    frozen transaction back after ``limit`` and the others can elect a new leader.
+    """
+    conn = db.connection()
+    if conn.vendor == "postgresql":
+        with conn.cursor() as cursor:
+            milliseconds = max(int(limit.total_seconds() * 1000), 100)
+            cursor.execute(f"SET LOCAL idle_in_transaction_session_timeout = {milliseconds}")
+
+
 def _deposed(group: str, node_id: str, term: int) -> FencedError:
     current = leader(group)
     holder = (
@@ -181,6 +197,7 @@ def confirm(group: str, node_id: str, term: int) -> None:
     """Inside a transaction: lock the token row and raise :class:`FencedError` unless the
     term still stands. Until that transaction ends no takeover can commit, so what it
     writes commits under ``term`` (the lock is held only from here to the commit)."""
+    _bound_lock_window(app_settings.liveness_interval)
     holders = TokenHolder.objects.using(db.alias()).select_for_update()
     if not holders.filter(group_id=group, task_id=node_id, term=term).exists():
         raise _deposed(group, node_id, term)
