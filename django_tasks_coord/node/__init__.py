@@ -353,12 +353,13 @@ class Node:
         The buffer is ``BUFFER`` for slow tasks; when tasks are fast compared with a
         claim, it grows so that the workers never wait for the next claim (enough for
         two claims' worth of work), up to ``10 * BATCH_SIZE``. Claimed tasks are not
-        available to other nodes, so slow tasks are never hoarded.
+        available to other nodes, so slow tasks are never hoarded. ``BUFFER=0`` means
+        never claim ahead.
         """
         config = self.config
         buffer = config.buffer
         task_s, claim_s = self._task_seconds.value, self._claim_seconds.value
-        if task_s is not None and claim_s is not None:
+        if buffer and task_s is not None and claim_s is not None:  # BUFFER=0: never claim ahead
             wanted = math.ceil(2 * config.workers * claim_s / max(task_s, 1e-6))
             buffer = min(max(buffer, wanted), max(buffer, 10 * config.batch_size))
         return config.workers + buffer
