@@ -164,9 +164,12 @@ class Completer(threading.Thread):
                     "attempt": task.attempts,
                 },
             )
-        if policy.terminates:
-            self.node.forget_topic(task.topic_id)
-        if policy.terminates and topics.pause_topic(task.topic_id):
+        if not policy.terminates:
+            return
+        # Pause in the database first: a topic refresh in between must not bring it back.
+        paused = topics.pause_topic(task.topic_id)
+        self.node.forget_topic(task.topic_id)
+        if paused:
             logger.warning(
                 "Topic %r paused by the error policy %s of %s; resume it when fixed.",
                 task.topic_id,
