@@ -35,10 +35,10 @@ Usage::
 
 Other options: ``--heartbeat 0.2``, ``--liveness 2.0``, ``--interval 0.5`` (node and job
 timings), ``--name bench_chaos`` (the database), ``--no-write``; two variants that aim at
-lock windows: ``--work-in-fence`` (the job's work inside ``ctx.fenced()``) and, on
-PostgreSQL, ``--stop-in-lock`` (each SIGSTOP lands while the holder holds the
-``token_holder`` row lock, read from ``pg_stat_activity``). The exit status is 1 when an
-invariant or a bound was broken.
+lock windows: ``--work-in-fence`` (the job's work inside ``ctx.fenced()``) and
+``--stop-in-lock`` (each SIGSTOP lands while the holder holds the ``token_holder`` row
+lock: found through ``pg_stat_activity`` on PostgreSQL, by trial elsewhere, confirmed by a
+NOWAIT probe). The exit status is 1 when an invariant or a bound was broken.
 
 Results: ``benchmarks/results/chaos.json`` (every event and figure, one entry per database
 and variant; the other entries are kept) and ``benchmarks/results/chaos.md``. Each node's
@@ -481,24 +481,46 @@ def token_lock(node_id: str) -> tuple[Any, ...] | None:
         return cursor.fetchone()
 
 
-def stop_in_lock(node: Node, timeout: float = 30.0) -> int | None:
+def token_locked() -> bool:
+    """Whether a transaction holds the ``token_holder`` row lock right now (a NOWAIT probe)."""
+    from django.db import OperationalError, transaction
+
+    from django_tasks_coord.models import TokenHolder
+
+    try:
+        with transaction.atomic():
+            list(TokenHolder.objects.select_for_update(nowait=True).filter(group_id=GROUP))
+    except OperationalError:
+        return True
+    return False
+
+
+def stop_in_lock(node: Node, timeout: float = 60.0) -> int | None:
     """SIGSTOP ``node`` while it holds the ``token_holder`` row lock; the attempts it took.
 
-    The lock is held for a millisecond or so per heartbeat, so the process may have
-    committed between the look and the signal: if its backend is not in the same
-    state once it is stopped, it is continued at once (stopped for a few milliseconds)
-    and the script tries again. None: never caught (the node is stopped anyway).
+    The lock is held for a millisecond or so per heartbeat. On PostgreSQL the moment is
+    read from ``pg_stat_activity``; elsewhere the node is stopped at random moments.
+    Once it is stopped, the row must still be locked (a NOWAIT probe, twice 0.1 s apart:
+    a standby's check holds it for a millisecond only); if not, the node is continued
+    at once (stopped for a few milliseconds) and the script tries again. None: never
+    caught (the node is stopped anyway).
     """
+    from django.db import connection
+
+    postgres = connection.vendor == "postgresql"
     attempts, deadline = 0, time.monotonic() + timeout
     while time.monotonic() < deadline:
-        seen = token_lock(node.node_id)
-        if seen is None:
+        if postgres and token_lock(node.node_id) is None:
             continue
+        if not postgres:
+            time.sleep(random.uniform(0.0, 0.02))  # a random moment of its heartbeat
         os.kill(node.proc.pid, signal.SIGSTOP)
         attempts += 1
-        if token_lock(node.node_id) == seen:
-            node.stopped = True
-            return attempts
+        if token_locked():
+            time.sleep(0.1)
+            if token_locked():
+                node.stopped = True
+                return attempts
         os.kill(node.proc.pid, signal.SIGCONT)
     os.kill(node.proc.pid, signal.SIGSTOP)
     node.stopped = True
@@ -941,15 +963,13 @@ def main() -> None:
     parser.add_argument(
         "--stop-in-lock",
         action="store_true",
-        help="PostgreSQL: send each SIGSTOP while the holder holds the token_holder row lock "
-        "(idle in a transaction that locked it). Reproduces a stalled election.",
+        help="Send each SIGSTOP while the holder holds the token_holder row lock (in the "
+        "transaction that renews or fences under it). Reproduces a stalled election.",
     )
     parser.add_argument("--no-write", action="store_true", help="Print, do not store results.")
     args = parser.parse_args()
     if args.events < 1:
         parser.error("--events must be at least 1")
-    if args.stop_in_lock and args.database != "postgres":
-        parser.error("--stop-in-lock reads pg_stat_activity: PostgreSQL only")
     busy = others_running()
     if busy:
         print("WARNING: other benchmark processes are running:\n  " + "\n  ".join(busy))

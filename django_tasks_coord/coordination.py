@@ -20,12 +20,13 @@ term outdated: :func:`fenced` refuses its writes.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import IntegrityError, OperationalError
+from django.db import DatabaseError, IntegrityError, OperationalError
 from django.db.models.functions import Now
 
 from django_tasks_coord import db
@@ -90,7 +91,10 @@ def try_acquire(group: str, node_id: str, liveness: timedelta) -> int | None:
     _check(group, node_id)
     using = db.alias()
     try:
-        return _acquire(group, node_id, liveness, using)
+        try:
+            return _acquire(group, node_id, liveness, using)
+        finally:
+            _unbound_lock_window()
     except OperationalError as exc:
         if db.connection().vendor == "sqlite":
             raise
@@ -170,17 +174,40 @@ def is_current(group: str, node_id: str, term: int) -> bool:
 
 
 def _bound_lock_window(limit: timedelta) -> None:
-    """On PostgreSQL, let the server end this transaction if its process freezes in it.
+    """Let the server end this transaction if its process freezes in it.
 
     The token row is locked only for an instant, but a process stopped (SIGSTOP, a
     VM pause) in that instant would keep it locked; with this the server rolls the
     frozen transaction back after ``limit`` and the others can elect a new leader.
+    PostgreSQL: ``idle_in_transaction_session_timeout``, local to the transaction.
+    MariaDB: ``idle_transaction_timeout`` (whole seconds), a session variable that
+    :func:`_unbound_lock_window` resets once the transaction is over. (MySQL has no
+    such setting.)
     """
     conn = db.connection()
     if conn.vendor == "postgresql":
         with conn.cursor() as cursor:
             milliseconds = max(int(limit.total_seconds() * 1000), 100)
             cursor.execute(f"SET LOCAL idle_in_transaction_session_timeout = {milliseconds}")
+    elif conn.vendor == "mysql" and getattr(conn, "mysql_is_mariadb", False):
+        with conn.cursor() as cursor:
+            seconds = max(math.ceil(limit.total_seconds()), 1)
+            cursor.execute(f"SET SESSION idle_transaction_timeout = {seconds}")
+
+
+def _unbound_lock_window() -> None:
+    """After a transaction that called :func:`_bound_lock_window`: MariaDB's default back."""
+    conn = db.connection()
+    if (
+        conn.vendor == "mysql"
+        and getattr(conn, "mysql_is_mariadb", False)
+        and conn.connection is not None
+    ):
+        try:
+            with conn.cursor() as cursor:
+                cursor.execute("SET SESSION idle_transaction_timeout = DEFAULT")
+        except DatabaseError:  # the server ended the session: nothing to reset
+            pass
 
 
 def _deposed(group: str, node_id: str, term: int) -> FencedError:
@@ -215,6 +242,9 @@ def fenced(group: str, node_id: str, term: int) -> Iterator[None]:
     """
     if not is_current(group, node_id, term):
         raise _deposed(group, node_id, term)
-    with db.write_transaction():
-        yield
-        confirm(group, node_id, term)
+    try:
+        with db.write_transaction():
+            yield
+            confirm(group, node_id, term)
+    finally:
+        _unbound_lock_window()
