@@ -173,6 +173,57 @@ class Task(models.Model):
         blank=True,
         help_text=_("For a leader-only run: the term of the leader that claimed it (fencing)."),
     )
+    result = models.JSONField(
+        _("result"),
+        null=True,
+        blank=True,
+        help_text=_("What the run returned (a job's return value, an executor's result)."),
+    )
+    error_detail = models.JSONField(
+        _("error detail"),
+        null=True,
+        blank=True,
+        help_text=_("A structured error document (an external executor's error)."),
+    )
+    attempt_log = models.JSONField(
+        _("attempt log"),
+        null=True,
+        blank=True,
+        help_text=_("One entry per attempt: who ran it, when, and how it ended."),
+    )
+    label = models.CharField(_("label"), max_length=255, blank=True, default="", db_default="")
+    requester = models.CharField(
+        _("requester"),
+        max_length=255,
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_("Who created the task (a user, a service)."),
+    )
+    outcome_reason = models.CharField(
+        _("outcome reason"),
+        max_length=32,
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_("Why a task ended as it did, e.g. failed_by_executor, in_progress_timeout."),
+    )
+    deadline = models.DateTimeField(
+        _("deadline"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "A requested or in-progress task not started or heartbeated by then times out."
+        ),
+    )
+    concurrency_key = models.CharField(
+        _("concurrency key"),
+        max_length=255,
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_("Tasks sharing a key count against one concurrency limit."),
+    )
     recreated = models.BooleanField(_("recreated"), default=False)
     original = models.ForeignKey(
         "self",
@@ -213,6 +264,12 @@ class Task(models.Model):
             models.Index(fields=["topic", "created_at"], name="tasks_coord_created"),
             # count(), admin filters by state.
             models.Index(fields=["topic", "state", "sequence"], name="tasks_coord_state"),
+            # The reaper's timeouts: WHERE state IN (REQUESTED, ACTIVE) AND deadline < now.
+            models.Index(fields=["state", "deadline"], name="tasks_coord_deadline"),
+            # Concurrency limits: in-flight tasks of a topic per key.
+            models.Index(
+                fields=["topic", "concurrency_key", "state"], name="tasks_coord_concurrency"
+            ),
         ]
         constraints = [
             # Exactly one run per job and slot, whatever the schedulers do (NULLs never clash).
