@@ -32,7 +32,7 @@ from django.utils.module_loading import import_string
 from django_tasks_coord import db, topics
 from django_tasks_coord.enums import ErrorPolicy, WaitingPolicy
 from django_tasks_coord.exceptions import InvalidArgumentError, JobDefinitionError, UnknownJobError
-from django_tasks_coord.models import CatchUp, JobKind, PeriodicTask
+from django_tasks_coord.models import CatchUp, JobKind, PeriodicTask, Task
 from django_tasks_coord.retry import RetryPolicy
 from django_tasks_coord.scheduling.declared import job, sync_declared
 from django_tasks_coord.scheduling.planner import first_slot
@@ -42,7 +42,7 @@ from django_tasks_coord.scheduling.runner import (
     JobContext,
     group_topic,
 )
-from django_tasks_coord.scheduling.scheduler import running_jobs, timing_of
+from django_tasks_coord.scheduling.scheduler import run_topic, running_jobs, timing_of
 from django_tasks_coord.timers import Interval, OneTime, Timer, parse
 from django_tasks_coord.timers.base import get_zone, zone_name
 
@@ -54,6 +54,7 @@ __all__ = [
     "pause_all",
     "resume",
     "resume_all",
+    "run_now",
     "running_jobs",
     "schedule_one_time",
     "schedule_periodic",
@@ -294,6 +295,32 @@ def resume_all() -> None:
     topics.register_topic(JOBS_TOPIC)
     topics.resume_topic(JOBS_TOPIC)
     db.notify(db.connection(), SCHEDULE_CHANGED)
+
+
+def run_now(job_id: str, *, requester: str = "") -> Task:
+    """Submit a run of ``job_id`` at once, outside its schedule, and return the run task.
+
+    The run has no slot (``ctx.slot`` is None), does not count towards ``max_count`` and
+    leaves ``nextrun`` alone; it runs even if the job is paused or disabled (an
+    operator asked for it), but waits while :func:`pause_all` is in force. Its outcome
+    is recorded on the job like any run's. ``requester`` (who asked, e.g. the admin
+    user) is stored on the task.
+    """
+    job = _job_rows(job_id).get()
+    topic = run_topic(job)
+    run = Task(
+        topic_id=topic,
+        identifier=job.id,
+        priority=job.priority,
+        payload={"task": job.task, "args": job.args, "kwargs": job.kwargs},
+        requester=requester[:255],
+        label="run now",
+    )
+    with db.write_transaction():
+        topics.register_topic(topic)
+        created = Task.objects.using(db.alias()).insert([run])[0]
+        db.notify(db.connection(), topic)
+    return created
 
 
 def unschedule(job_id: str) -> None:
