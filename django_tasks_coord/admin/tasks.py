@@ -1,0 +1,258 @@
+"""Tasks: a changelist that stays fast on millions of rows, the full detail, revive and cancel."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib import admin
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.translation import gettext_lazy as _
+
+from django_tasks_coord import queue
+from django_tasks_coord.admin.base import (
+    EstimatedCountPaginator,
+    InputFilter,
+    ServiceActionsAdmin,
+    run_service,
+)
+from django_tasks_coord.models import Task
+
+
+class IdentifierFilter(InputFilter):
+    """Tasks of one identifier, in any topic (served by ``tasks_coord_admin_identifier``)."""
+
+    title = _("identifier")
+    parameter_name = "identifier"
+    field = "identifier"
+
+
+class RecreatedFilter(admin.SimpleListFilter):
+    """Recreated tasks (copies made by ``recreate``) or originals.
+
+    Filters on ``original``, whose foreign-key index serves it: only a recreated task
+    has an original (a check constraint and :func:`queue.recreate` guarantee it).
+    """
+
+    title = _("recreated")
+    parameter_name = "recreated"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        return [("1", _("Yes")), ("0", _("No"))]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Task]) -> QuerySet[Task]:
+        if self.value() == "1":
+            return queryset.filter(original__isnull=False)
+        if self.value() == "0":
+            return queryset.filter(original__isnull=True)
+        return queryset
+
+
+def _pretty_json(value: Any) -> Any:
+    if value is None:
+        return "-"
+    return format_html(
+        '<pre class="tc-pre">{}</pre>', json.dumps(value, indent=2, sort_keys=True, default=str)
+    )
+
+
+def _pre(value: str | None) -> Any:
+    return "-" if value is None else format_html('<pre class="tc-pre">{}</pre>', value)
+
+
+@admin.register(Task)
+class TaskAdmin(ServiceActionsAdmin):
+    """Every task of every topic; reset, recreate and cancel go through the queue's API."""
+
+    list_display = (
+        "sequence",
+        "topic_name",
+        "identifier",
+        "label",
+        "state",
+        "attempts",
+        "owner",
+        "created_at",
+        "finished_at",
+        "recreated",
+    )
+    list_display_links = ("sequence", "identifier")
+    list_select_related = ("owner",)
+    list_filter = (
+        "topic",
+        "state",
+        IdentifierFilter,
+        "owner",
+        RecreatedFilter,
+        ("created_at", admin.DateFieldListFilter),
+        ("finished_at", admin.DateFieldListFilter),
+    )
+    # Exact matches only (see get_search_results): an index serves each of them.
+    search_fields = ("identifier", "label")
+    search_help_text = _("An identifier, a label or a sequence number (exact).")
+    ordering = ("-sequence",)
+    sortable_by = ("sequence", "created_at", "finished_at")
+    list_per_page = 50
+    paginator = EstimatedCountPaginator
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
+    actions = ("reset", "recreate", "cancel")
+    object_actions = ("reset", "recreate", "cancel")
+    fieldsets = (
+        (
+            None,
+            {
+                "fields": (
+                    ("sequence", "topic", "identifier"),
+                    ("state", "outcome_reason"),
+                    ("label", "requester"),
+                    ("handler", "priority", "concurrency_key"),
+                    ("owner", "exec_id", "attempts"),
+                )
+            },
+        ),
+        (
+            _("Payload and result"),
+            {
+                "fields": (
+                    "payload_json",
+                    "message",
+                    "result_json",
+                    "error_traceback",
+                    "error_detail_json",
+                    "attempt_log_json",
+                )
+            },
+        ),
+        (
+            _("Lifecycle"),
+            {
+                "fields": (
+                    ("created_at", "execute_at"),
+                    ("started_at", "finished_at"),
+                    ("deadline", "slot", "term"),
+                )
+            },
+        ),
+        (_("Revival"), {"fields": ("recreated", "original_link", "recreations_links")}),
+    )
+    readonly_fields = (
+        "sequence",
+        "topic",
+        "identifier",
+        "state",
+        "outcome_reason",
+        "label",
+        "requester",
+        "handler",
+        "priority",
+        "concurrency_key",
+        "owner",
+        "exec_id",
+        "attempts",
+        "payload_json",
+        "message",
+        "result_json",
+        "error_traceback",
+        "error_detail_json",
+        "attempt_log_json",
+        "created_at",
+        "execute_at",
+        "started_at",
+        "finished_at",
+        "deadline",
+        "slot",
+        "term",
+        "recreated",
+        "original_link",
+        "recreations_links",
+    )
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Task], search_term: str
+    ) -> tuple[QuerySet[Task], bool]:
+        """Exact identifier or label, or a sequence number: never a ``LIKE`` scan of the table."""
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        match = Q(identifier=term) | Q(label=term)
+        if term.isdigit():
+            match |= Q(sequence=int(term))
+        return queryset.filter(match), False
+
+    @admin.display(description=_("topic"), ordering="topic_id")
+    def topic_name(self, obj: Task) -> str:
+        return obj.topic_id
+
+    @admin.display(description=_("payload"))
+    def payload_json(self, obj: Task) -> Any:
+        return _pretty_json(obj.payload)
+
+    @admin.display(description=_("result"))
+    def result_json(self, obj: Task) -> Any:
+        return _pretty_json(obj.result)
+
+    @admin.display(description=_("error (traceback)"))
+    def error_traceback(self, obj: Task) -> Any:
+        return _pre(obj.error)
+
+    @admin.display(description=_("error detail"))
+    def error_detail_json(self, obj: Task) -> Any:
+        return _pretty_json(obj.error_detail)
+
+    @admin.display(description=_("attempt log"))
+    def attempt_log_json(self, obj: Task) -> Any:
+        return _pretty_json(obj.attempt_log)
+
+    @admin.display(description=_("original"))
+    def original_link(self, obj: Task) -> Any:
+        if obj.original_id is None:
+            return "-"
+        original = Task.objects.filter(pk=obj.original_id).first()
+        if original is None:
+            return format_html("#{} ({})", obj.original_id, _("purged"))
+        return format_html(
+            '<a href="{}">{}</a>',
+            reverse("admin:django_tasks_coord_task_change", args=[original.pk]),
+            original,
+        )
+
+    @admin.display(description=_("recreated as"))
+    def recreations_links(self, obj: Task) -> Any:
+        copies = list(Task.objects.filter(original_id=obj.pk).order_by("sequence")[:20])
+        if not copies:
+            return "-"
+        return format_html_join(
+            ", ",
+            '<a href="{}">#{}</a>',
+            ((reverse("admin:django_tasks_coord_task_change", args=[t.pk]), t.pk) for t in copies),
+        )
+
+    def has_revive_permission(self, request: HttpRequest) -> bool:
+        """``django_tasks_coord.revive_task``: reset and recreate."""
+        return request.user.has_perm("django_tasks_coord.revive_task")
+
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        """``django_tasks_coord.cancel_task``."""
+        return request.user.has_perm("django_tasks_coord.cancel_task")
+
+    def object_action_fits(self, obj: Task, name: str) -> bool:
+        return obj.is_completed != (name == "cancel")
+
+    @admin.action(description=_("Reset (revive in place)"), permissions=["revive"])
+    def reset(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
+        """Revive completed tasks in place (``queue.reset``)."""
+        run_service(self, request, queryset.iterator(), queue.reset, "Reset")
+
+    @admin.action(description=_("Recreate (revive as a new task)"), permissions=["revive"])
+    def recreate(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
+        """Revive completed tasks as new tasks (``queue.recreate``); the originals stay."""
+        run_service(self, request, queryset.iterator(), queue.recreate, "Recreated")
+
+    @admin.action(description=_("Cancel"), permissions=["cancel"])
+    def cancel(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
+        """Cancel tasks that are not completed yet (``queue.cancel``)."""
+        run_service(self, request, queryset.iterator(), queue.cancel, "Canceled")

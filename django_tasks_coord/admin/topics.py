@@ -1,0 +1,128 @@
+"""Topics: queue depth by state, oldest pending age, paused flag; pause and resume."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import admin
+from django.db.models import (
+    Count,
+    DurationField,
+    ExpressionWrapper,
+    OuterRef,
+    QuerySet,
+    Subquery,
+)
+from django.db.models.functions import Now
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.translation import gettext_lazy as _
+
+from django_tasks_coord import queue
+from django_tasks_coord.admin.base import ServiceActionsAdmin, age, run_service
+from django_tasks_coord.enums import IN_FLIGHT, TaskState
+from django_tasks_coord.models import Task, Topic
+
+
+def _count_of(tasks: QuerySet[Task]) -> Subquery:
+    """A correlated ``COUNT(*)`` of ``tasks`` (filtered on ``OuterRef("name")``)."""
+    counted = tasks.order_by().values("topic_id").annotate(n=Count("pk")).values("n")
+    return Subquery(counted)
+
+
+def task_list_url(**params: Any) -> str:
+    """The task changelist filtered by ``params`` (admin filter parameters)."""
+    url = reverse("admin:django_tasks_coord_task_changelist")
+    return f"{url}?{urlencode(params)}" if params else url
+
+
+@admin.register(Topic)
+class TopicAdmin(ServiceActionsAdmin):
+    """Topics with their backlog; pause and resume them (every node stops within one poll)."""
+
+    list_display = (
+        "name",
+        "paused",
+        "pending_count",
+        "in_flight_count",
+        "oldest_pending_age",
+        "consecutive_failures",
+    )
+    list_filter = ("paused",)
+    search_fields = ("name",)
+    actions = ("pause", "resume")
+    object_actions = ("pause", "resume")
+    readonly_fields = ("name", "paused", "consecutive_failures", "created_at", "tasks_by_state")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Topic]:
+        tasks = Task.objects.filter(topic_id=OuterRef("name"))
+        oldest = tasks.filter(state=TaskState.PENDING).order_by("sequence").values("created_at")
+        rows: QuerySet[Topic] = super().get_queryset(request)
+        return rows.annotate(
+            pending=_count_of(tasks.filter(state=TaskState.PENDING)),
+            in_flight=_count_of(tasks.filter(state__in=IN_FLIGHT)),
+            oldest_pending=ExpressionWrapper(
+                Now() - Subquery(oldest[:1]), output_field=DurationField()
+            ),
+        )
+
+    @admin.display(description=_("pending"), ordering="pending")
+    def pending_count(self, obj: Topic) -> Any:
+        n = getattr(obj, "pending", None) or 0
+        return format_html(
+            '<a href="{}">{}</a>',
+            task_list_url(topic__name__exact=obj.name, state__exact=TaskState.PENDING.value),
+            n,
+        )
+
+    @admin.display(description=_("in flight"), ordering="in_flight")
+    def in_flight_count(self, obj: Topic) -> int:
+        return getattr(obj, "in_flight", None) or 0
+
+    @admin.display(description=_("oldest pending"), ordering="-oldest_pending")
+    def oldest_pending_age(self, obj: Topic) -> str:
+        delta: timedelta | None = getattr(obj, "oldest_pending", None)
+        return age(delta)
+
+    @admin.display(description=_("tasks by state"))
+    def tasks_by_state(self, obj: Topic) -> Any:
+        """Every state's count for one topic (the detail page only: one grouped query)."""
+        counts = dict(
+            Task.objects.for_topic(obj.name)
+            .order_by()
+            .values_list("state")
+            .annotate(n=Count("pk"))
+            .values_list("state", "n")
+        )
+        rows = (
+            (
+                task_list_url(topic__name__exact=obj.name, state__exact=state.value),
+                state.label,
+                counts.get(state.value, 0),
+            )
+            for state in TaskState
+        )
+        return format_html(
+            '<table class="tc-states">{}</table>',
+            format_html_join("", '<tr><th><a href="{}">{}</a></th><td>{}</td></tr>', rows),
+        )
+
+    def has_pause_permission(self, request: HttpRequest) -> bool:
+        """``django_tasks_coord.pause_topic``."""
+        return request.user.has_perm("django_tasks_coord.pause_topic")
+
+    def object_action_fits(self, obj: Topic, name: str) -> bool:
+        return obj.paused == (name == "resume")
+
+    @admin.action(description=_("Pause"), permissions=["pause"])
+    def pause(self, request: HttpRequest, queryset: QuerySet[Topic]) -> None:
+        """Pause the selected topics (``queue.pause_topic``)."""
+        run_service(self, request, queryset, queue.pause_topic, "Paused")
+
+    @admin.action(description=_("Resume"), permissions=["pause"])
+    def resume(self, request: HttpRequest, queryset: QuerySet[Topic]) -> None:
+        """Resume the selected topics (``queue.resume_topic``)."""
+        run_service(self, request, queryset, queue.resume_topic, "Resumed")

@@ -1,0 +1,131 @@
+"""Topics in the admin: depth by state, oldest pending age, pause and resume."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.contrib.admin.models import LogEntry
+from django.urls import reverse
+from django.utils import timezone
+
+from django_tasks_coord import queue
+from django_tasks_coord.enums import TaskState
+from django_tasks_coord.models import Task, Topic
+from tests.factories import OwnerFactory, TaskFactory, TopicFactory
+
+pytestmark = pytest.mark.django_db
+
+CHANGELIST = reverse("admin:django_tasks_coord_topic_changelist")
+
+
+def change_url(topic: Topic) -> str:
+    return reverse("admin:django_tasks_coord_topic_change", args=[topic.pk])
+
+
+def action_url(topic: Topic, name: str) -> str:
+    return reverse("admin:django_tasks_coord_topic_object_action", args=[topic.pk, name])
+
+
+@pytest.fixture
+def busy() -> Topic:
+    topic = TopicFactory(name="mail")
+    old = TaskFactory(topic=topic)
+    Task.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(minutes=90))
+    TaskFactory.create_batch(2, topic=topic)
+    TaskFactory(topic=topic, state=TaskState.ACTIVE, owner=OwnerFactory(), exec_id="0" * 32)
+    TaskFactory.create_batch(3, topic=topic, state=TaskState.FAILED)
+    TopicFactory(name="idle")
+    return topic
+
+
+def test_changelist_shows_depth_and_oldest_pending_age(admin_client, busy):
+    response = admin_client.get(CHANGELIST)
+    assert response.status_code == 200
+    rows = {topic.name: topic for topic in response.context["cl"].result_list}
+    assert (rows["mail"].pending, rows["mail"].in_flight) == (3, 1)
+    assert rows["mail"].oldest_pending >= timedelta(minutes=89)
+    assert (rows["idle"].pending, rows["idle"].oldest_pending) == (None, None)
+    html = response.content.decode()
+    assert "1h 30m" in html or "1h 29m" in html
+    assert "topic__name__exact=mail" in html  # the pending count links to the tasks
+
+
+def test_changelist_sorts_by_depth(admin_client, busy):
+    response = admin_client.get(CHANGELIST, {"o": "-3"})
+    assert [t.name for t in response.context["cl"].result_list] == ["mail", "idle"]
+
+
+def test_filter_by_paused(admin_client, busy):
+    queue.pause_topic("idle")
+    response = admin_client.get(CHANGELIST, {"paused__exact": "1"})
+    assert [t.name for t in response.context["cl"].result_list] == ["idle"]
+
+
+def test_detail_counts_every_state(admin_client, busy):
+    response = admin_client.get(change_url(busy))
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert '<tr><th><a href="/admin/django_tasks_coord/task/?topic__name__exact=mail&amp;state__exact=43">failed</a></th><td>3</td></tr>' in html
+    assert 'data-action="pause"' in html
+    assert 'data-action="resume"' not in html  # only what fits the topic's state
+
+
+def test_pause_and_resume_actions_call_the_service_and_log(admin_client, busy):
+    response = admin_client.post(
+        CHANGELIST, {"action": "pause", "_selected_action": [busy.pk]}, follow=True
+    )
+    assert response.status_code == 200
+    assert Topic.objects.get(pk="mail").paused
+    assert "Paused: 1 topic." in response.content.decode()
+    entry = LogEntry.objects.get()
+    assert (entry.object_id, entry.change_message) == ("mail", "Paused in the admin.")
+
+    admin_client.post(action_url(busy, "resume"))
+    assert not Topic.objects.get(pk="mail").paused
+    assert LogEntry.objects.count() == 2
+
+
+def test_pausing_a_paused_topic_reports_nothing_done(admin_client, busy):
+    queue.pause_topic(busy)
+    response = admin_client.post(action_url(busy, "pause"), follow=True)
+    assert response.status_code == 200
+    assert Topic.objects.get(pk="mail").paused
+
+
+def test_object_actions_refuse_get(admin_client, busy):
+    assert admin_client.get(action_url(busy, "pause")).status_code == 405
+    assert not Topic.objects.get(pk="mail").paused
+
+
+def test_object_actions_need_a_csrf_token(csrf_client, busy):
+    assert csrf_client.post(action_url(busy, "pause")).status_code == 403
+    assert not Topic.objects.get(pk="mail").paused
+
+
+def test_unknown_action_is_refused(admin_client, busy):
+    assert admin_client.post(action_url(busy, "delete")).status_code == 403
+
+
+def test_viewer_sees_topics_but_not_the_actions(viewer_client, busy):
+    response = viewer_client.get(CHANGELIST)
+    assert response.status_code == 200
+    assert response.context["action_form"] is None  # no action offered at all
+    detail = viewer_client.get(change_url(busy)).content.decode()
+    assert "data-action=" not in detail
+    assert viewer_client.post(action_url(busy, "pause")).status_code == 403
+    viewer_client.post(CHANGELIST, {"action": "pause", "_selected_action": [busy.pk]})
+    assert not Topic.objects.get(pk="mail").paused
+    assert not LogEntry.objects.exists()
+
+
+def test_operator_may_pause(operator_client, busy):
+    assert operator_client.post(action_url(busy, "pause")).status_code == 302
+    assert Topic.objects.get(pk="mail").paused
+
+
+def test_topics_cannot_be_added_edited_or_deleted_here(admin_client, busy):
+    assert admin_client.get(reverse("admin:django_tasks_coord_topic_add")).status_code == 403
+    assert admin_client.post(change_url(busy), {"paused": "on"}).status_code == 403
+    delete = reverse("admin:django_tasks_coord_topic_delete", args=[busy.pk])
+    assert admin_client.post(delete, {"post": "yes"}).status_code == 403
