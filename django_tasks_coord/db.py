@@ -102,30 +102,55 @@ def write_transaction() -> Iterator[None]:
 
 
 class PendingIndex(models.Index):
-    """An index over the queue's waiting rows, as narrow as each database allows.
+    """An index over some states' rows only, as narrow as each database allows.
 
-    PostgreSQL and SQLite get a partial index (``WHERE state = <PENDING>``): it holds
-    only waiting tasks, so its size and the cost of a claim do not grow with
-    history. MySQL/MariaDB have no partial indexes; there the ``state`` column is
-    put after the leading field, which keeps the claim a range scan of pending
-    rows too. (A plain ``Index(condition=...)`` is silently *not created* on MySQL.)
+    By default it covers the queue's waiting rows (``state_value``, PENDING); give
+    ``states`` (a set of ordinals) or ``state_below`` (every state under an ordinal)
+    to cover others. PostgreSQL and SQLite get a partial index (``WHERE state = ...``):
+    it holds only those rows, so its size and the cost of a lookup do not grow with
+    history, and the planner cannot mistake it for an index over every row.
+    MySQL/MariaDB have no partial indexes; there ``fallback_fields`` is indexed, by
+    default the fields with ``state`` put after the leading one, which keeps the
+    lookup a range scan of the same rows. (A plain ``Index(condition=...)`` is
+    silently *not created* on MySQL.)
     """
 
-    def __init__(self, *, fields: list[str], name: str, state_value: int) -> None:
+    def __init__(
+        self,
+        *,
+        fields: list[str],
+        name: str,
+        state_value: int | None = None,
+        states: Sequence[int] | None = None,
+        state_below: int | None = None,
+        fallback_fields: Sequence[str] | None = None,
+    ) -> None:
         super().__init__(fields=fields, name=name)
+        if sum(x is not None for x in (state_value, states, state_below)) != 1:
+            raise ValueError("Give exactly one of state_value, states and state_below.")
         self.state_value = state_value
+        self.states = tuple(states) if states is not None else None
+        self.state_below = state_below
+        self.fallback_fields = list(fallback_fields) if fallback_fields is not None else None
 
     def deconstruct(self) -> tuple[str, Sequence[Any], dict[str, Any]]:
         path, args, kwargs = super().deconstruct()
-        kwargs["state_value"] = self.state_value
+        for key in ("state_value", "states", "state_below", "fallback_fields"):
+            if (value := getattr(self, key)) is not None:
+                kwargs[key] = list(value) if isinstance(value, tuple) else value
         return path, args, kwargs
+
+    def _condition(self) -> models.Q:
+        if self.states is not None:
+            return models.Q(state__in=self.states)
+        if self.state_below is not None:
+            return models.Q(state__lt=self.state_below)
+        return models.Q(state=self.state_value)
 
     def _concrete(self, conn: BaseDatabaseWrapper) -> models.Index:
         if conn.features.supports_partial_indexes:
-            return models.Index(
-                fields=self.fields, name=self.name, condition=models.Q(state=self.state_value)
-            )
-        fields = [self.fields[0], "state", *self.fields[1:]]
+            return models.Index(fields=self.fields, name=self.name, condition=self._condition())
+        fields = self.fallback_fields or [self.fields[0], "state", *self.fields[1:]]
         return models.Index(fields=fields, name=self.name)
 
     def create_sql(

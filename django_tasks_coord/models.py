@@ -284,8 +284,21 @@ class Task(models.Model):
             models.Index(fields=["topic", "created_at"], name="tasks_coord_created"),
             # count(), admin filters by state.
             models.Index(fields=["topic", "state", "sequence"], name="tasks_coord_state"),
+            # A job's unfinished run (no overlap): WHERE topic = ? AND identifier = ? AND state < 40.
+            # Partial, so that the planner never walks every unfinished row per job instead.
+            PendingIndex(
+                fields=["topic", "identifier"],
+                name="tasks_coord_unfinished",
+                state_below=COMPLETED_MIN,
+                fallback_fields=["topic", "identifier", "state"],
+            ),
             # The reaper's timeouts: WHERE state IN (REQUESTED, ACTIVE) AND deadline < now.
-            models.Index(fields=["state", "deadline"], name="tasks_coord_deadline"),
+            PendingIndex(
+                fields=["deadline"],
+                name="tasks_coord_deadline",
+                states=[TaskState.REQUESTED, TaskState.ACTIVE],
+                fallback_fields=["state", "deadline"],
+            ),
             # Concurrency limits: in-flight tasks of a topic per key.
             models.Index(
                 fields=["topic", "concurrency_key", "state"], name="tasks_coord_concurrency"
