@@ -41,6 +41,7 @@ from django_tasks_coord.scheduling.runner import (
     SCHEDULE_CHANGED,
     JobContext,
     group_topic,
+    run_payload,
 )
 from django_tasks_coord.scheduling.scheduler import run_topic, running_jobs, timing_of
 from django_tasks_coord.timers import Interval, OneTime, Timer, parse
@@ -312,7 +313,7 @@ def run_now(job_id: str, *, requester: str = "") -> Task:
         topic_id=topic,
         identifier=job.id,
         priority=job.priority,
-        payload={"task": job.task, "args": job.args, "kwargs": job.kwargs},
+        payload=run_payload(job),
         requester=requester[:255],
         label="run now",
     )

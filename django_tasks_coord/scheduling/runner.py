@@ -108,6 +108,20 @@ def retry_policy(data: dict[str, Any] | None) -> RetryPolicy:
     return RetryPolicy(**data) if data else DEFAULT_RETRY
 
 
+def run_payload(job: PeriodicTask) -> dict[str, Any]:
+    """The payload of a run of ``job``: what to call, and the retry limit, as of submission.
+
+    Carrying ``max_attempts`` lets a worker start the run without reading the job row
+    first (one database round trip, often a fresh connection, less start lag).
+    """
+    return {
+        "task": job.task,
+        "args": job.args,
+        "kwargs": job.kwargs,
+        "max_attempts": retry_policy(job.retry).max_attempts,
+    }
+
+
 def _owner_name(task: Task) -> str | None:
     if task.owner_id is None:
         return None
@@ -145,6 +159,10 @@ class JobTaskType(TaskType):
         return PeriodicTask.objects.using(db.alias()).filter(pk=task.identifier).first()
 
     def max_attempts_for(self, task: Task) -> int:
+        """The job's retry limit as of the run's submission (read from the job otherwise)."""
+        submitted = (task.payload or {}).get("max_attempts")
+        if isinstance(submitted, int):
+            return submitted
         job = self._job(task)
         return retry_policy(job.retry if job else None).max_attempts
 
@@ -227,4 +245,5 @@ __all__ = [
     "execute_job",
     "group_of",
     "group_topic",
+    "run_payload",
 ]

@@ -33,7 +33,12 @@ from django_tasks_coord import db
 from django_tasks_coord.enums import COMPLETED_MIN, TaskState, WaitingPolicy
 from django_tasks_coord.models import CatchUp, JobKind, PeriodicTask, Task, Topic
 from django_tasks_coord.scheduling.planner import JobTiming, plan
-from django_tasks_coord.scheduling.runner import GROUP_TOPIC_PREFIX, JOBS_TOPIC, group_topic
+from django_tasks_coord.scheduling.runner import (
+    GROUP_TOPIC_PREFIX,
+    JOBS_TOPIC,
+    group_topic,
+    run_payload,
+)
 from django_tasks_coord.timers import Interval, parse
 
 logger = logging.getLogger(__name__)
@@ -206,7 +211,7 @@ def _plan_job(job: PeriodicTask, now: datetime) -> list[Task]:
         job.last_slot = slots[-1]
     if finished:
         job.enabled, job.finished_at = False, now
-    payload = {"task": job.task, "args": job.args, "kwargs": job.kwargs}
+    payload = run_payload(job)
     return [
         Task(
             topic_id=run_topic(job),

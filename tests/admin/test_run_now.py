@@ -8,6 +8,7 @@ from django_tasks_coord import queue, scheduling
 from django_tasks_coord.enums import TaskState
 from django_tasks_coord.exceptions import UnknownJobError
 from django_tasks_coord.models import PeriodicTask
+from django_tasks_coord.retry import DEFAULT_RETRY
 from django_tasks_coord.scheduling import JOBS_TOPIC
 from django_tasks_coord.scheduling.runner import job_task_type
 from tests.testapp.models import Run
@@ -31,7 +32,12 @@ def test_run_now_submits_one_unscheduled_run_that_records_its_outcome():
         TaskState.PENDING,
     )
     assert (run.requester, run.label) == ("alice", "run now")
-    assert run.payload == {"task": RECORD, "args": [], "kwargs": {"x": 1}}
+    assert run.payload == {
+        "task": RECORD,
+        "args": [],
+        "kwargs": {"x": 1},
+        "max_attempts": DEFAULT_RETRY.max_attempts,
+    }
     (task,) = queue.poll(JOBS_TOPIC)
     (decision,) = job_task_type.run([task])
     queue.complete(task, decision)

@@ -16,7 +16,7 @@ from django_tasks_coord.exceptions import (
     UnknownJobError,
 )
 from django_tasks_coord.models import PeriodicTask, Task
-from django_tasks_coord.retry import RetryPolicy
+from django_tasks_coord.retry import DEFAULT_RETRY, RetryPolicy
 from django_tasks_coord.scheduling import JOBS_TOPIC, scheduler
 from django_tasks_coord.scheduling.runner import job_task_type
 from tests.testapp import job_functions
@@ -58,7 +58,26 @@ def test_each_slot_is_submitted_exactly_once():
     assert (job.run_count, job.worker, job.last_slot) == (1, "node-a", slot)
     (run,) = runs(job_id)
     assert (run.identifier, run.slot, run.state) == (job_id, slot, TaskState.PENDING)
-    assert run.payload == {"task": RECORD, "args": [], "kwargs": {}}
+    assert run.payload == {
+        "task": RECORD,
+        "args": [],
+        "kwargs": {},
+        "max_attempts": DEFAULT_RETRY.max_attempts,
+    }
+
+
+def test_a_worker_starts_a_run_without_reading_its_job(django_assert_num_queries):
+    """The retry limit travels with the run, so the worker's pre-run check needs no query."""
+    job_id = scheduling.schedule_periodic(
+        RECORD, "*:*:0/10", job_id="j", retry=RetryPolicy(max_attempts=7)
+    )
+    slot = PeriodicTask.objects.get(pk=job_id).nextrun
+    (run,) = scheduler.submit_due(now=slot)
+    PeriodicTask.objects.filter(pk=job_id).update(retry={"max_attempts": 2})  # changed later
+    with django_assert_num_queries(0):
+        assert job_task_type.max_attempts_for(run) == 7
+    run.payload.pop("max_attempts")  # a run submitted by an older version
+    assert job_task_type.max_attempts_for(run) == 2
 
 
 def test_the_database_refuses_a_second_run_for_the_same_slot():
