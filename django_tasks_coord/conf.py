@@ -49,6 +49,10 @@ DEFAULTS: dict[str, Any] = {
     "SCHEDULER": True,
     # runscheduler: coordination group for warm backup (leader-only jobs); None: no group.
     "GROUP": None,
+    # HTTP API: the longest wait (seconds) a long-poll may ask for.
+    "LONG_POLL_MAX_TIMEOUT": 60.0,
+    # HTTP API: seconds between a waiting long-poll's checks where no NOTIFY wakes it.
+    "LONG_POLL_INTERVAL": 0.5,
 }
 
 

@@ -133,3 +133,61 @@ class TimerError(TasksCoordError, ValueError):
 
     The message quotes the specification and points at the offending part.
     """
+
+
+class DefinitionError(InvalidArgumentError):
+    """A task definition is invalid: a negative timeout, a concurrency key path that does not
+    start with ``"params"``, a JSON Schema that is not a valid schema, a name declared twice
+    with different settings...
+
+    The message names the definition and the offending setting.
+    """
+
+
+class UnknownDefinitionError(TasksCoordError, LookupError):
+    """No task definition has this name.
+
+    Declare it with ``definitions.define(name, ...)`` in an app's ``tasks.py`` (or
+    ``jobs.py``); the message lists the known definitions.
+    """
+
+
+class SchemaViolationError(InvalidArgumentError):
+    """A task's params, result or error does not match its definition's JSON Schema.
+
+    ``document`` says which (``"params"``, ``"result"``, ``"error"``), ``path`` is the JSON
+    Pointer of the failing value inside it, and the message says what the schema expected.
+    Nothing was changed.
+    """
+
+    def __init__(self, message: str, *, document: str, path: str) -> None:
+        super().__init__(message)
+        self.document = document
+        self.path = path
+
+
+class ExecutionConflictError(TaskStateError):
+    """An executor's call does not fit the task's current state: starting a task that is not
+    requested, reporting on a task that is not in progress, or on one that is done.
+
+    ``code`` is a machine-readable reason (``wrong_state``, ``task_done``). Nothing was
+    changed. Do not retry the call; poll for new work instead.
+    """
+
+    code = "wrong_state"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+
+class StaleExecIdError(ExecutionConflictError):
+    """The ``exec_id`` quoted is not the task's current one.
+
+    The task was handed out again since (after a timeout, or a retry), or the id is
+    wrong. Stop working on it: its outcome belongs to the newer execution. Nothing was
+    changed.
+    """
+
+    code = "stale_exec_id"

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_tasks_coord import handlers
+from django_tasks_coord import definitions, handlers
 from django_tasks_coord.exceptions import ConfigurationError, DuplicateOwnerError
 from django_tasks_coord.node import Node, NodeConfig
 
@@ -74,6 +74,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         self._configure_logging(options["verbosity"])
         handlers.autodiscover()
+        definitions.prepare()  # task definitions: their rows and topics, for the reaper too
         try:
             config = NodeConfig.from_settings(
                 node_id=options["node_id"],

@@ -1,0 +1,160 @@
+"""Long-polls that cost neither a thread nor a database connection while they wait.
+
+A waiting long-poll is a coroutine parked on an :class:`asyncio.Event`. Each check for
+work runs in the event loop's shared thread pool and closes its database connection
+before it returns, so a thousand waiting executors hold a thousand small coroutines,
+not a thousand threads or connections (deploy under ASGI; see docs/executors.md).
+
+What wakes a waiting long-poll:
+
+- on PostgreSQL, a ``NOTIFY`` on the queue's channel for one of its definitions (a new
+  task, a retry, a task back from a timeout, a freed concurrency slot). One ``LISTEN``
+  connection per event loop (per server process) serves every waiter; it closes a
+  little while after the last waiter left;
+- the moment the next waiting task of its definitions becomes due (``execute_at``, a
+  retry delay), which no notification announces;
+- elsewhere, or while the ``LISTEN`` connection is not up, a check every
+  ``LONG_POLL_INTERVAL`` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import weakref
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.db import connections
+
+from django_tasks_coord import db, executions
+from django_tasks_coord.conf import app_settings
+from django_tasks_coord.models import Task
+from django_tasks_coord.node.wakeup import listen_supported
+
+logger = logging.getLogger(__name__)
+
+#: With LISTEN up, a waiting long-poll still checks this often (belt and braces).
+SAFETY_INTERVAL = 10.0
+#: Seconds the LISTEN connection stays open after its last waiter left.
+LINGER = 30.0
+
+
+async def run_db[T](func: Callable[..., T], *args: Any) -> T:
+    """Run ``func(*args)`` in the shared thread pool and close its database connections after."""
+
+    def run() -> T:
+        try:
+            return func(*args)
+        finally:
+            connections.close_all()
+
+    return await sync_to_async(run, thread_sensitive=False)()
+
+
+class _Hub:
+    """The waiters of one event loop by topic, and (PostgreSQL) the LISTEN connection waking them."""
+
+    def __init__(self) -> None:
+        self.waiters: dict[str, set[asyncio.Event]] = defaultdict(set)
+        self.listening = False
+        self._listener: asyncio.Task[None] | None = None
+
+    def subscribe(self, topics: Sequence[str]) -> asyncio.Event:
+        event = asyncio.Event()
+        for topic in topics:
+            self.waiters[topic].add(event)
+        if (self._listener is None or self._listener.done()) and listen_supported(db.alias()):
+            self._listener = asyncio.get_running_loop().create_task(self._listen())
+        return event
+
+    def unsubscribe(self, topics: Sequence[str], event: asyncio.Event) -> None:
+        for topic in topics:
+            waiting = self.waiters.get(topic)
+            if waiting is not None:
+                waiting.discard(event)
+                if not waiting:
+                    del self.waiters[topic]
+
+    def wake(self, topic: str) -> None:
+        for event in self.waiters.get(topic, ()):
+            event.set()
+
+    async def _listen(self) -> None:
+        import psycopg
+
+        params = connections[db.alias()].get_connection_params()
+        params.pop("cursor_factory", None)
+        params.pop("context", None)
+        loop = asyncio.get_running_loop()
+        backoff = 0.5
+        idle_since: float | None = None
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(**params, autocommit=True) as conn:
+                    await conn.execute(f"LISTEN {db.NOTIFY_CHANNEL}")
+                    self.listening, backoff = True, 0.5
+                    while True:
+                        async for notification in conn.notifies(timeout=1.0):
+                            self.wake(notification.payload)
+                        if self.waiters:
+                            idle_since = None
+                        elif idle_since is None:
+                            idle_since = loop.time()
+                        elif loop.time() - idle_since > LINGER:
+                            return
+            except Exception as exc:  # noqa: BLE001 - reconnect; waiters poll meanwhile
+                logger.warning("Long-poll LISTEN connection failed (%s); polling meanwhile.", exc)
+                self.listening = False
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 10.0)
+            finally:
+                self.listening = False
+
+
+_hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Hub] = weakref.WeakKeyDictionary()
+
+
+def _hub() -> _Hub:
+    loop = asyncio.get_running_loop()
+    hub = _hubs.get(loop)
+    if hub is None:
+        hub = _hubs[loop] = _Hub()
+    return hub
+
+
+def _check(names: Sequence[str], limit: int) -> tuple[list[Task], datetime | None]:
+    tasks = executions.poll(names, limit)
+    return tasks, (None if tasks else executions.next_due(names))
+
+
+async def long_poll(names: Sequence[str], limit: int, timeout: float) -> list[Task]:
+    """Poll the definitions ``names`` until tasks come or ``timeout`` seconds passed.
+
+    ``timeout`` is capped by ``LONG_POLL_MAX_TIMEOUT``. Returns the tasks handed out
+    (REQUESTED, with their exec_ids), or ``[]`` after the timeout.
+    """
+    loop = asyncio.get_running_loop()
+    end = loop.time() + min(timeout, float(app_settings.LONG_POLL_MAX_TIMEOUT))
+    interval = float(app_settings.LONG_POLL_INTERVAL)
+    hub = _hub()
+    event = hub.subscribe(names)
+    try:
+        while True:
+            event.clear()  # before the check: a NOTIFY during it is not lost
+            notified = hub.listening
+            tasks, due = await run_db(_check, names, limit)
+            remaining = end - loop.time()
+            if tasks or remaining <= 0:
+                return tasks
+            wait = min(remaining, SAFETY_INTERVAL if notified else interval)
+            if due is not None:
+                wait = min(wait, max((due - executions.clock()).total_seconds(), 0.0) + 0.001)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), wait)
+    finally:
+        hub.unsubscribe(names, event)

@@ -1,0 +1,514 @@
+"""The HTTP API's operations and their OpenAPI 3.1 document, from one table.
+
+:data:`OPERATIONS` is the single source: ``urls.py`` builds its routes from it, the
+views take their permission and request-body schema from it (bodies are validated with
+exactly the schemas published here), and :func:`document` renders it. A test compares
+the document with the URL configuration and with ``docs/openapi.json``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django_tasks_coord import __version__
+
+EXECUTE = "django_tasks_coord.execute_tasks"
+SUBMIT = "django_tasks_coord.submit_tasks"
+#: The most tasks one poll hands out, and the largest page of a list.
+MAX_POLL = 100
+MAX_PAGE = 500
+#: The longest wait a long-poll may ask for (the server also caps it at LONG_POLL_MAX_TIMEOUT).
+MAX_TIMEOUT = 3600
+
+_UUID = {"type": "string", "format": "uuid"}
+_DATETIME = {"type": ["string", "null"], "format": "date-time"}
+_NAME = {"type": "string", "minLength": 1, "maxLength": 100}
+
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "Error": {
+        "type": "object",
+        "properties": {
+            "error": {
+                "type": "object",
+                "properties": {
+                    "code": {"type": "string", "description": "Machine-readable reason."},
+                    "message": {"type": "string", "description": "What happened, for people."},
+                    "path": {
+                        "type": "string",
+                        "description": "JSON Pointer of the offending value, when one is at fault.",
+                    },
+                },
+                "required": ["code", "message"],
+            }
+        },
+        "required": ["error"],
+    },
+    "Task": {
+        "type": "object",
+        "properties": {
+            "id": {"type": "integer"},
+            "definition": {"type": "string"},
+            "status": {
+                "type": "string",
+                "enum": ["waiting", "ready", "requested", "in_progress", "done"],
+            },
+            "outcome": {
+                "type": ["string", "null"],
+                "enum": ["succeeded", "failed", "canceled", None],
+            },
+            "outcome_reason": {
+                "type": ["string", "null"],
+                "description": "Why the task ended as it did, or why its last attempt or "
+                "hand-out ended while it waits again: failed_by_executor, unknown_error, "
+                "in_progress_timeout, requested_to_start_timeout, canceled.",
+            },
+            "params": {},
+            "result": {},
+            "error": {},
+            "label": {"type": "string"},
+            "requester": {"type": "string"},
+            "priority": {"type": "integer"},
+            "attempts": {"type": "integer", "description": "Attempts started."},
+            "retry_count": {"type": "integer", "description": "Failed attempts retried."},
+            "exec_id": {
+                "type": ["string", "null"],
+                "format": "uuid",
+                "description": "The current execution's id: quote it in every executor call.",
+            },
+            "execute_at": _DATETIME,
+            "deadline": {
+                **_DATETIME,
+                "description": "When a requested or in-progress task times out.",
+            },
+            "created_at": {"type": "string", "format": "date-time"},
+            "started_at": _DATETIME,
+            "finished_at": _DATETIME,
+        },
+        "required": [
+            "id",
+            "definition",
+            "status",
+            "outcome",
+            "outcome_reason",
+            "params",
+            "result",
+            "error",
+            "label",
+            "requester",
+            "priority",
+            "attempts",
+            "retry_count",
+            "exec_id",
+            "execute_at",
+            "deadline",
+            "created_at",
+            "started_at",
+            "finished_at",
+        ],
+    },
+    "Tasks": {
+        "type": "object",
+        "properties": {"tasks": {"type": "array", "items": {"$ref": "#/components/schemas/Task"}}},
+        "required": ["tasks"],
+    },
+    "TaskPage": {
+        "type": "object",
+        "properties": {
+            "tasks": {"type": "array", "items": {"$ref": "#/components/schemas/Task"}},
+            "next_before": {
+                "type": ["integer", "null"],
+                "description": "Pass as `before` for the next page; null on the last page.",
+            },
+        },
+        "required": ["tasks", "next_before"],
+    },
+    "Definition": {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "description": {"type": "string"},
+            "requested_to_start_timeout": {"type": "number"},
+            "in_progress_timeout": {"type": "number"},
+            "allowed_retry_count": {"type": "integer"},
+            "retry_delay": {"type": "number"},
+            "concurrency_limit": {"type": ["integer", "null"]},
+            "concurrency_key_path": {
+                "type": ["array", "null"],
+                "items": {"type": ["string", "integer"]},
+            },
+            "params_schema": {},
+            "result_schema": {},
+            "error_schema": {},
+        },
+        "required": [
+            "name",
+            "description",
+            "requested_to_start_timeout",
+            "in_progress_timeout",
+            "allowed_retry_count",
+            "retry_delay",
+            "concurrency_limit",
+            "concurrency_key_path",
+            "params_schema",
+            "result_schema",
+            "error_schema",
+        ],
+    },
+    "Definitions": {
+        "type": "object",
+        "properties": {
+            "definitions": {"type": "array", "items": {"$ref": "#/components/schemas/Definition"}}
+        },
+        "required": ["definitions"],
+    },
+    "PollRequest": {
+        "type": "object",
+        "properties": {
+            "definitions": {"type": "array", "items": _NAME, "minItems": 1, "maxItems": 100},
+            "limit": {"type": "integer", "minimum": 1, "maximum": MAX_POLL, "default": 1},
+        },
+        "required": ["definitions"],
+        "additionalProperties": False,
+    },
+    "LongPollRequest": {
+        "type": "object",
+        "properties": {
+            "definitions": {"type": "array", "items": _NAME, "minItems": 1, "maxItems": 100},
+            "limit": {"type": "integer", "minimum": 1, "maximum": MAX_POLL, "default": 1},
+            "timeout": {
+                "type": "number",
+                "minimum": 0,
+                "maximum": MAX_TIMEOUT,
+                "default": 30,
+                "description": "Seconds to wait for work (capped by the server's "
+                "LONG_POLL_MAX_TIMEOUT setting).",
+            },
+        },
+        "required": ["definitions"],
+        "additionalProperties": False,
+    },
+    "ExecRequest": {
+        "type": "object",
+        "properties": {"exec_id": _UUID},
+        "required": ["exec_id"],
+        "additionalProperties": False,
+    },
+    "SuccessRequest": {
+        "type": "object",
+        "properties": {
+            "exec_id": _UUID,
+            "result": {"description": "Checked by the result schema."},
+        },
+        "required": ["exec_id"],
+        "additionalProperties": False,
+    },
+    "FailRequest": {
+        "type": "object",
+        "properties": {
+            "exec_id": _UUID,
+            "error": {"description": "Checked by the error schema; omitted: unknown_error."},
+            "retry": {
+                "type": "boolean",
+                "default": True,
+                "description": "False: fail for good even if retries remain.",
+            },
+        },
+        "required": ["exec_id"],
+        "additionalProperties": False,
+    },
+    "CreateRequest": {
+        "type": "object",
+        "properties": {
+            "definition": _NAME,
+            "params": {"description": "Checked by the params schema."},
+            "execute_at": {
+                "type": "string",
+                "format": "date-time",
+                "description": "Not ready before (ISO 8601 with a time zone).",
+            },
+            "label": {"type": "string", "maxLength": 255},
+            "priority": {"type": "integer", "minimum": -32768, "maximum": 32767, "default": 0},
+        },
+        "required": ["definition"],
+        "additionalProperties": False,
+    },
+}
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One endpoint: method and path (relative to where the API is mounted), who may call it,
+    its request body schema (a name in :data:`SCHEMAS`), responses and query parameters."""
+
+    id: str
+    method: str
+    path: str
+    summary: str
+    permissions: tuple[str, ...]
+    responses: dict[int, tuple[str, str]]
+    request: str | None = None
+    query: tuple[dict[str, Any], ...] = ()
+    description: str = ""
+    tags: tuple[str, ...] = field(default=("executors",))
+
+
+_AUTH = {
+    401: ("No valid bearer token.", "Error"),
+    403: ("The token's user lacks the permission.", "Error"),
+}
+_BODY = {400: ("The body is not JSON or does not match the request schema.", "Error")}
+_TASK_ID = {404: ("No task of a definition has this id.", "Error")}
+_CONFLICT = {409: ("Stale or wrong exec_id, or the task is not in that state.", "Error")}
+_DEFINITION = {404: ("No task definition has this name.", "Error")}
+
+OPERATIONS: tuple[Operation, ...] = (
+    Operation(
+        "poll",
+        "post",
+        "/poll",
+        "Hand out ready tasks of the given definitions (now requested).",
+        (EXECUTE,),
+        {200: ("The tasks handed out, each with its exec_id; possibly none.", "Tasks")}
+        | _BODY
+        | _AUTH
+        | _DEFINITION,
+        request="PollRequest",
+    ),
+    Operation(
+        "longPoll",
+        "post",
+        "/long-poll",
+        "Like poll, but wait up to `timeout` seconds for work.",
+        (EXECUTE,),
+        {200: ("The tasks handed out; none after the timeout.", "Tasks")}
+        | _BODY
+        | _AUTH
+        | _DEFINITION,
+        request="LongPollRequest",
+    ),
+    Operation(
+        "start",
+        "post",
+        "/{task_id}/start",
+        "Start a requested task: it is in progress until its in-progress timeout.",
+        (EXECUTE,),
+        {200: ("The task, in progress.", "Task")} | _BODY | _AUTH | _TASK_ID | _CONFLICT,
+        request="ExecRequest",
+    ),
+    Operation(
+        "notify",
+        "post",
+        "/{task_id}/notify",
+        "Heartbeat: the in-progress timeout starts again.",
+        (EXECUTE,),
+        {200: ("The task, with its new deadline.", "Task")} | _BODY | _AUTH | _TASK_ID | _CONFLICT,
+        request="ExecRequest",
+    ),
+    Operation(
+        "success",
+        "post",
+        "/{task_id}/success",
+        "Finish an in-progress task with its result.",
+        (EXECUTE,),
+        {200: ("The task, done.", "Task")}
+        | _BODY
+        | _AUTH
+        | _TASK_ID
+        | _CONFLICT
+        | {422: ("The result does not match the result schema.", "Error")},
+        request="SuccessRequest",
+    ),
+    Operation(
+        "fail",
+        "post",
+        "/{task_id}/fail",
+        "Report a failed attempt: retried after the retry delay while retries remain.",
+        (EXECUTE,),
+        {200: ("The task, waiting for its retry or done.", "Task")}
+        | _BODY
+        | _AUTH
+        | _TASK_ID
+        | _CONFLICT
+        | {422: ("The error does not match the error schema.", "Error")},
+        request="FailRequest",
+    ),
+    Operation(
+        "create",
+        "post",
+        "/",
+        "Create a task of a definition.",
+        (SUBMIT,),
+        {201: ("The task, waiting or ready.", "Task")}
+        | _BODY
+        | _AUTH
+        | _DEFINITION
+        | {422: ("The params do not match the params schema.", "Error")},
+        request="CreateRequest",
+        tags=("users",),
+    ),
+    Operation(
+        "list",
+        "get",
+        "/",
+        "List tasks, newest first, a page at a time.",
+        (SUBMIT, EXECUTE),
+        {200: ("A page of tasks.", "TaskPage")}
+        | {400: ("A query parameter is invalid.", "Error")}
+        | _AUTH
+        | _DEFINITION,
+        query=(
+            {
+                "name": "definition",
+                "in": "query",
+                "description": "Only tasks of this definition (repeatable).",
+                "schema": {"type": "array", "items": _NAME},
+                "style": "form",
+                "explode": True,
+            },
+            {
+                "name": "status",
+                "in": "query",
+                "schema": {
+                    "type": "string",
+                    "enum": ["waiting", "ready", "requested", "in_progress", "done"],
+                },
+            },
+            {
+                "name": "outcome",
+                "in": "query",
+                "schema": {"type": "string", "enum": ["succeeded", "failed", "canceled"]},
+            },
+            {
+                "name": "limit",
+                "in": "query",
+                "schema": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE, "default": 50},
+            },
+            {
+                "name": "before",
+                "in": "query",
+                "description": "Only tasks with a smaller id (the previous page's next_before).",
+                "schema": {"type": "integer"},
+            },
+        ),
+        tags=("users",),
+    ),
+    Operation(
+        "get",
+        "get",
+        "/{task_id}",
+        "Read one task.",
+        (SUBMIT, EXECUTE),
+        {200: ("The task.", "Task")} | _AUTH | _TASK_ID,
+        tags=("users",),
+    ),
+    Operation(
+        "cancel",
+        "post",
+        "/{task_id}/cancel",
+        "Cancel a task that is not done; its executor's later calls are refused.",
+        (SUBMIT,),
+        {200: ("The task, done and canceled.", "Task")}
+        | _AUTH
+        | _TASK_ID
+        | {409: ("The task is already done.", "Error")},
+        tags=("users",),
+    ),
+    Operation(
+        "definitions",
+        "get",
+        "/definitions",
+        "The task definitions, with their settings and JSON Schemas.",
+        (SUBMIT, EXECUTE),
+        {200: ("Every definition.", "Definitions")} | _AUTH,
+        tags=("users", "executors"),
+    ),
+)
+
+BY_ID = {operation.id: operation for operation in OPERATIONS}
+
+
+def _parameters(operation: Operation) -> list[dict[str, Any]]:
+    parameters = list(operation.query)
+    if "{task_id}" in operation.path:
+        parameters.insert(
+            0,
+            {
+                "name": "task_id",
+                "in": "path",
+                "required": True,
+                "schema": {"type": "integer", "minimum": 0},
+            },
+        )
+    return parameters
+
+
+def _operation(operation: Operation) -> dict[str, Any]:
+    rendered: dict[str, Any] = {
+        "operationId": operation.id,
+        "summary": operation.summary,
+        "tags": list(operation.tags),
+        "description": (f"{operation.description}\n\n" if operation.description else "")
+        + "Needs the permission "
+        + " or ".join(f"`{p}`" for p in operation.permissions)
+        + ".",
+        "responses": {
+            str(code): {
+                "description": text,
+                **(
+                    {
+                        "content": {
+                            "application/json": {
+                                "schema": {"$ref": f"#/components/schemas/{schema}"}
+                            }
+                        }
+                    }
+                    if schema
+                    else {}
+                ),
+            }
+            for code, (text, schema) in sorted(operation.responses.items())
+        },
+    }
+    parameters = _parameters(operation)
+    if parameters:
+        rendered["parameters"] = parameters
+    if operation.request:
+        rendered["requestBody"] = {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {"$ref": f"#/components/schemas/{operation.request}"}
+                }
+            },
+        }
+    return rendered
+
+
+def document(server_url: str = "/tasks") -> dict[str, Any]:
+    """The OpenAPI 3.1 document of the API mounted at ``server_url``."""
+    paths: dict[str, dict[str, Any]] = {}
+    for operation in OPERATIONS:
+        paths.setdefault(operation.path, {})[operation.method] = _operation(operation)
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "django-tasks-coord executor API",
+            "version": __version__,
+            "description": "Create tasks of task definitions and run them from executors in "
+            "any language. See docs/executors.md.",
+        },
+        "servers": [{"url": server_url}],
+        "security": [{"bearerAuth": []}],
+        "paths": dict(sorted(paths.items())),
+        "components": {
+            "schemas": SCHEMAS,
+            "securitySchemes": {
+                "bearerAuth": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "A token from `manage.py createapitoken` or the admin.",
+                }
+            },
+        },
+    }

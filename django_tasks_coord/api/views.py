@@ -1,0 +1,354 @@
+"""The HTTP API's views: JSON in, JSON out, errors as ``{"error": {"code", "message", "path"?}}``.
+
+Each view is registered for an operation of :data:`~django_tasks_coord.api.openapi.OPERATIONS`
+with :func:`operation`, which authenticates the bearer token (401), checks the
+operation's permission (403), parses and validates the JSON body against the
+operation's published schema (400), and turns the service's exceptions into JSON
+errors (404, 409, 422). Views are CSRF-exempt: they take no cookies, only tokens.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any
+
+import jsonschema
+from django.core.exceptions import ObjectDoesNotExist
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from django_tasks_coord import definitions, executions
+from django_tasks_coord.api import auth, openapi
+from django_tasks_coord.api.longpoll import long_poll, run_db
+from django_tasks_coord.exceptions import (
+    ExecutionConflictError,
+    InvalidArgumentError,
+    SchemaViolationError,
+    UnknownDefinitionError,
+)
+from django_tasks_coord.models import Task
+
+View = Callable[..., HttpResponse]
+AsyncView = Callable[..., Awaitable[HttpResponse]]
+
+
+class ApiError(Exception):
+    """An error response: HTTP ``status``, machine ``code``, human ``message``, optional ``path``."""
+
+    def __init__(self, status: int, code: str, message: str, path: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.path = status, code, message, path
+
+    def response(self) -> JsonResponse:
+        error: dict[str, str] = {"code": self.code, "message": self.message}
+        if self.path is not None:
+            error["path"] = self.path
+        response = JsonResponse({"error": error}, status=self.status)
+        if self.status == 401:
+            response["WWW-Authenticate"] = 'Bearer realm="tasks"'
+        return response
+
+
+def _as_api_error(exc: Exception) -> ApiError:
+    """The JSON error for an exception of the service layer (re-raises anything else)."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, auth.AuthenticationFailed):
+        return ApiError(401, "not_authenticated", str(exc))
+    if isinstance(exc, SchemaViolationError):
+        return ApiError(422, "schema_violation", str(exc), f"/{exc.document}{exc.path}")
+    if isinstance(exc, UnknownDefinitionError):
+        return ApiError(404, "unknown_definition", str(exc))
+    if isinstance(exc, ObjectDoesNotExist):
+        return ApiError(404, "not_found", str(exc))
+    if isinstance(exc, ExecutionConflictError):
+        return ApiError(409, exc.code, str(exc))
+    if isinstance(exc, InvalidArgumentError):
+        return ApiError(400, "invalid_request", str(exc))
+    raise exc
+
+
+# --- request handling ------------------------------------------------------------------------
+
+
+def _authorize(request: HttpRequest, spec: openapi.Operation) -> Any:
+    definitions.prepare()
+    user = auth.authenticate(request.headers.get("Authorization"))
+    if not any(user.has_perm(permission) for permission in spec.permissions):
+        raise ApiError(
+            403,
+            "permission_denied",
+            f"User {user.get_username()!r} needs the permission "
+            + " or ".join(repr(p) for p in spec.permissions)
+            + f" to {spec.id}.",
+        )
+    return user
+
+
+_validators = {
+    name: jsonschema.Draft202012Validator(
+        {**schema, "components": {"schemas": openapi.SCHEMAS}},
+        format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER,
+    )
+    for name, schema in openapi.SCHEMAS.items()
+}
+
+
+def _body(request: HttpRequest, spec: openapi.Operation) -> dict[str, Any]:
+    if spec.request is None:
+        return {}
+    try:
+        data = json.loads(request.body or b"null")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(400, "invalid_json", f"The body is not JSON: {exc}.") from None
+    error = jsonschema.exceptions.best_match(_validators[spec.request].iter_errors(data))
+    if error is not None:
+        path = definitions._pointer(error.absolute_path)
+        raise ApiError(
+            400,
+            "invalid_request",
+            f"The body does not match {spec.request}: {error.message}"
+            + (f" (at {path})" if path else ""),
+            path,
+        )
+    assert isinstance(data, dict)
+    return data
+
+
+def operation(operation_id: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a view for the operation ``operation_id``.
+
+    The view receives ``(request, user, body, **url_kwargs)`` and returns a JSON-able
+    value (status 200, or the operation's 201) or an ``HttpResponse``. A coroutine view
+    stays a coroutine: authentication and body checks then run in the thread pool.
+    """
+    spec = openapi.BY_ID[operation_id]
+    status = 201 if 201 in spec.responses else 200
+
+    def respond(value: Any) -> HttpResponse:
+        if isinstance(value, HttpResponse):
+            return value
+        return JsonResponse(value, status=status, safe=False)
+
+    def decorate(view: Callable[..., Any]) -> Callable[..., Any]:
+        if is_coroutine(view):
+
+            @functools.wraps(view)
+            async def async_wrapper(request: HttpRequest, **kwargs: Any) -> HttpResponse:
+                try:
+                    user = await run_db(_authorize, request, spec)
+                    body = _body(request, spec)
+                    return respond(await view(request, user, body, **kwargs))
+                except Exception as exc:  # noqa: BLE001 - mapped or re-raised
+                    return _as_api_error(exc).response()
+
+            VIEWS[operation_id] = async_wrapper
+            return async_wrapper
+
+        @functools.wraps(view)
+        def wrapper(request: HttpRequest, **kwargs: Any) -> HttpResponse:
+            try:
+                user = _authorize(request, spec)
+                body = _body(request, spec)
+                return respond(view(request, user, body, **kwargs))
+            except Exception as exc:  # noqa: BLE001 - mapped or re-raised
+                return _as_api_error(exc).response()
+
+        VIEWS[operation_id] = wrapper
+        return wrapper
+
+    return decorate
+
+
+def is_coroutine(view: Callable[..., Any]) -> bool:
+    """Whether ``view`` is an async view."""
+    return inspect.iscoroutinefunction(view)
+
+
+#: The registered views by operation id (``urls.py`` routes them).
+VIEWS: dict[str, Callable[..., Any]] = {}
+
+
+# --- representation --------------------------------------------------------------------------
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def task_json(task: Task, now: datetime | None = None) -> dict[str, Any]:
+    """The API's representation of a task (schema ``Task`` of the OpenAPI document)."""
+    status, outcome = executions.status(task, now)
+    return {
+        "id": task.pk,
+        "definition": task.topic_id,
+        "status": status.value,
+        "outcome": outcome.value if outcome else None,
+        "outcome_reason": task.outcome_reason or None,
+        "params": task.payload,
+        "result": task.result,
+        "error": task.error_detail,
+        "label": task.label,
+        "requester": task.requester,
+        "priority": task.priority,
+        "attempts": task.attempts,
+        "retry_count": executions.retry_count(task),
+        "exec_id": str(task.exec_id) if task.exec_id else None,
+        "execute_at": _iso(task.execute_at),
+        "deadline": _iso(task.deadline),
+        "created_at": _iso(task.created_at),
+        "started_at": _iso(task.started_at),
+        "finished_at": _iso(task.finished_at),
+    }
+
+
+def _tasks(tasks: list[Task]) -> dict[str, Any]:
+    now = executions.clock()
+    return {"tasks": [task_json(task, now) for task in tasks]}
+
+
+def definition_json(definition: definitions.Definition) -> dict[str, Any]:
+    """The API's representation of a definition (schema ``Definition``)."""
+    return {"name": definition.name, **definition.row_fields()}
+
+
+# --- executor operations -----------------------------------------------------------------------
+
+
+@operation("poll")
+def poll(request: HttpRequest, user: Any, body: dict[str, Any]) -> Any:
+    return _tasks(executions.poll(body["definitions"], body.get("limit", 1)))
+
+
+@operation("longPoll")
+async def long_poll_view(request: HttpRequest, user: Any, body: dict[str, Any]) -> Any:
+    tasks = await long_poll(body["definitions"], body.get("limit", 1), body.get("timeout", 30))
+    return _tasks(tasks)
+
+
+def _exec_id(body: dict[str, Any]) -> uuid.UUID:
+    return uuid.UUID(body["exec_id"])  # the schema checked its format
+
+
+@operation("start")
+def start(request: HttpRequest, user: Any, body: dict[str, Any], task_id: int) -> Any:
+    return task_json(executions.start(task_id, _exec_id(body)))
+
+
+@operation("notify")
+def notify(request: HttpRequest, user: Any, body: dict[str, Any], task_id: int) -> Any:
+    return task_json(executions.notify(task_id, _exec_id(body)))
+
+
+@operation("success")
+def success(request: HttpRequest, user: Any, body: dict[str, Any], task_id: int) -> Any:
+    return task_json(executions.succeed(task_id, _exec_id(body), body.get("result")))
+
+
+@operation("fail")
+def fail(request: HttpRequest, user: Any, body: dict[str, Any], task_id: int) -> Any:
+    task = executions.fail(
+        task_id, _exec_id(body), body.get("error"), retry=body.get("retry", True)
+    )
+    return task_json(task)
+
+
+# --- user operations ----------------------------------------------------------------------------
+
+
+@operation("create")
+def create(request: HttpRequest, user: Any, body: dict[str, Any]) -> Any:
+    execute_at = None
+    if "execute_at" in body:
+        execute_at = parse_datetime(body["execute_at"])
+        if execute_at is None or timezone.is_naive(execute_at):
+            raise ApiError(
+                400,
+                "invalid_request",
+                "execute_at must be an ISO 8601 date and time with a time zone, "
+                f"e.g. 2030-01-01T09:00:00Z, not {body['execute_at']!r}.",
+                "/execute_at",
+            )
+    task = executions.create(
+        body["definition"],
+        body.get("params"),
+        execute_at=execute_at,
+        label=body.get("label", ""),
+        requester=user.get_username()[:255],
+        priority=body.get("priority", 0),
+    )
+    return task_json(task)
+
+
+def _query_int(
+    request: HttpRequest, name: str, default: int | None, low: int, high: int
+) -> int | None:
+    raw = request.GET.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = low - 1
+    if not low <= value <= high:
+        raise ApiError(
+            400,
+            "invalid_request",
+            f"Query parameter {name} must be an integer from {low} to {high}.",
+        )
+    return value
+
+
+@operation("list")
+def list_tasks(request: HttpRequest, user: Any, body: dict[str, Any]) -> Any:
+    limit = _query_int(request, "limit", 50, 1, openapi.MAX_PAGE)
+    before = _query_int(request, "before", None, -(2**63), 2**63 - 1)
+    try:
+        qs = executions.tasks(
+            request.GET.getlist("definition") or None,
+            status=request.GET.get("status"),
+            outcome=request.GET.get("outcome"),
+        )
+    except InvalidArgumentError as exc:
+        raise ApiError(400, "invalid_request", str(exc)) from None
+    if before is not None:
+        qs = qs.filter(sequence__lt=before)
+    assert limit is not None
+    page = list(qs[: limit + 1])
+    more = len(page) > limit
+    page = page[:limit]
+    return {**_tasks(page), "next_before": page[-1].pk if more else None}
+
+
+@operation("get")
+def get(request: HttpRequest, user: Any, body: dict[str, Any], task_id: int) -> Any:
+    return task_json(executions.get(task_id))
+
+
+@operation("cancel")
+def cancel(request: HttpRequest, user: Any, body: dict[str, Any], task_id: int) -> Any:
+    return task_json(executions.cancel(task_id))
+
+
+@operation("definitions")
+def definitions_view(request: HttpRequest, user: Any, body: dict[str, Any]) -> Any:
+    names = sorted(definitions.names())
+    return {"definitions": [definition_json(definitions.get(name)) for name in names]}
+
+
+# --- the document ---------------------------------------------------------------------------------
+
+
+def openapi_document(request: HttpRequest) -> HttpResponse:
+    """The OpenAPI document (public, like any API description; it holds no data)."""
+    if request.method not in ("GET", "HEAD"):
+        return ApiError(405, "method_not_allowed", "Use GET.").response()
+    base = reverse("tasks_coord_api:openapi").removesuffix("openapi.json").rstrip("/")
+    return JsonResponse(openapi.document(base or "/"))
