@@ -191,3 +191,14 @@ class StaleExecIdError(ExecutionConflictError):
     """
 
     code = "stale_exec_id"
+
+
+class TaskTimeoutError(TasksCoordError, TimeoutError):
+    """A task attempt ran longer than its ``timeout`` (``@task(timeout=...)`` or the backend's
+    ``OPTIONS["TIMEOUT"]``).
+
+    The attempt fails with this error and is retried under the task's retry policy. A
+    coroutine is cancelled; a plain function is interrupted at its next Python
+    instruction (a blocking C call finishes first). Raise the timeout or make the task
+    do less per call.
+    """
