@@ -14,8 +14,9 @@ from django.db.models import (
     OuterRef,
     QuerySet,
     Subquery,
+    Value,
 )
-from django.db.models.functions import Now
+from django.db.models.functions import Coalesce, Now
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
@@ -27,10 +28,10 @@ from django_tasks_coord.enums import IN_FLIGHT, TaskState
 from django_tasks_coord.models import Task, Topic
 
 
-def _count_of(tasks: QuerySet[Task]) -> Subquery:
-    """A correlated ``COUNT(*)`` of ``tasks`` (filtered on ``OuterRef("name")``)."""
+def _count_of(tasks: QuerySet[Task]) -> Coalesce:
+    """A correlated ``COUNT(*)`` of ``tasks`` (filtered on ``OuterRef("name")``), 0 if none."""
     counted = tasks.order_by().values("topic_id").annotate(n=Count("pk")).values("n")
-    return Subquery(counted)
+    return Coalesce(Subquery(counted), Value(0))
 
 
 def task_list_url(**params: Any) -> str:

@@ -21,7 +21,9 @@ ACTIONS = ["pause_topic", "revive_task", "cancel_task", "pause_periodictask", "r
 def _staff(username: str, codenames: list[str]) -> User:
     user = User.objects.create_user(username, password="pw", is_staff=True)
     user.user_permissions.set(
-        Permission.objects.filter(content_type__app_label="django_tasks_coord", codename__in=codenames)
+        Permission.objects.filter(
+            content_type__app_label="django_tasks_coord", codename__in=codenames
+        )
     )
     return user
 

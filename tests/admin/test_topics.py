@@ -45,7 +45,7 @@ def test_changelist_shows_depth_and_oldest_pending_age(admin_client, busy):
     rows = {topic.name: topic for topic in response.context["cl"].result_list}
     assert (rows["mail"].pending, rows["mail"].in_flight) == (3, 1)
     assert rows["mail"].oldest_pending >= timedelta(minutes=89)
-    assert (rows["idle"].pending, rows["idle"].oldest_pending) == (None, None)
+    assert (rows["idle"].pending, rows["idle"].oldest_pending) == (0, None)
     html = response.content.decode()
     assert "1h 30m" in html or "1h 29m" in html
     assert "topic__name__exact=mail" in html  # the pending count links to the tasks
@@ -66,7 +66,10 @@ def test_detail_counts_every_state(admin_client, busy):
     response = admin_client.get(change_url(busy))
     assert response.status_code == 200
     html = response.content.decode()
-    assert '<tr><th><a href="/admin/django_tasks_coord/task/?topic__name__exact=mail&amp;state__exact=43">failed</a></th><td>3</td></tr>' in html
+    assert (
+        '<tr><th><a href="/admin/django_tasks_coord/task/?topic__name__exact=mail&amp;state__exact=43">failed</a></th><td>3</td></tr>'
+        in html
+    )
     assert 'data-action="pause"' in html
     assert 'data-action="resume"' not in html  # only what fits the topic's state
 
