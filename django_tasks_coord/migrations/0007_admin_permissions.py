@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('django_tasks_coord', '0005_task_results_and_deadlines'),
+        ('django_tasks_coord', '0006_task_definitions'),
     ]
 
     operations = [
