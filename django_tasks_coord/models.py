@@ -304,6 +304,8 @@ class Task(models.Model):
                 fields=["topic", "concurrency_key", "state"], name="tasks_coord_concurrency"
             ),
             # Admin filters and search across topics (docs/admin.md); the dashboard's last hour.
+            # (state, sequence) also serves the changelist's newest-first order under a state filter.
+            models.Index(fields=["state", "sequence"], name="tasks_coord_admin_state"),
             models.Index(fields=["identifier"], name="tasks_coord_admin_identifier"),
             models.Index(fields=["label"], name="tasks_coord_admin_label"),
             models.Index(fields=["created_at"], name="tasks_coord_admin_created"),

@@ -38,6 +38,10 @@ class Migration(migrations.Migration):
         ),
         migrations.AddIndex(
             model_name='task',
+            index=models.Index(fields=['state', 'sequence'], name='tasks_coord_admin_state'),
+        ),
+        migrations.AddIndex(
+            model_name='task',
             index=models.Index(fields=['identifier'], name='tasks_coord_admin_identifier'),
         ),
         migrations.AddIndex(
