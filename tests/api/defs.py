@@ -39,3 +39,21 @@ LIMITED = definitions.define("test/limited", concurrency_limit=3)
 PER_KEY = definitions.define(
     "test/per-key", concurrency_limit=2, concurrency_key_path=["params", "resourceType"]
 )
+#: For the end-to-end tests: short timeouts, so that a real node's reaper acts within a second.
+E2E = definitions.define(
+    "e2e/sum",
+    params_schema={
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+        "required": ["a", "b"],
+    },
+    result_schema={
+        "type": "object",
+        "properties": {"sum": {"type": "integer"}},
+        "required": ["sum"],
+    },
+    requested_to_start_timeout=1,
+    in_progress_timeout=5,
+    allowed_retry_count=1,
+    retry_delay=0.2,
+)
