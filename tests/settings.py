@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from importlib.util import find_spec
 from pathlib import Path
 
 import environ
@@ -87,3 +88,13 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 
 # Subprocesses started by end-to-end tests get their node timings this way.
 TASKS_COORD = json.loads(os.environ.get("TASKS_COORD_JSON", "{}"))
+
+# Django's task framework (django.tasks, or the django-tasks backport on Django 5.2) runs on
+# this app's backend; tests/backends start nodes with another TASKS in TASKS_JSON if needed.
+if find_spec("django.tasks") or find_spec("django_tasks"):
+    TASKS = json.loads(os.environ.get("TASKS_JSON", "null")) or {
+        "default": {
+            "BACKEND": "django_tasks_coord.backends.DatabaseBackend",
+            "QUEUES": ["default", "high", "other"],
+        }
+    }

@@ -1,0 +1,166 @@
+"""Reading a stored task as Django's ``TaskResult``, and the attempt log behind it.
+
+``Task.attempt_log`` holds one entry per attempt, written by the worker when the
+attempt starts (``attempt``, ``worker_id``, ``started_at``) and completed when it ends
+(``finished_at``, ``outcome`` and, for a failure, ``exception_class_path`` and
+``traceback``). An attempt whose node died never ends: the next attempt marks it
+``lost``, and so does this module when no attempt follows.
+"""
+
+from __future__ import annotations
+
+import traceback as tb
+from datetime import datetime
+from typing import Any
+
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from django.utils.module_loading import import_string
+
+from django_tasks_coord.backends.compat import (
+    Task,
+    TaskError,
+    TaskResult,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+)
+from django_tasks_coord.enums import TaskState
+from django_tasks_coord.models import Task as TaskRow
+
+#: The exception class recorded for an attempt whose node died (its heartbeat went stale).
+LOST_CLASS = "django_tasks_coord.exceptions.OwnerExpiredError"
+
+_STATUS = {
+    TaskState.PENDING: TaskResultStatus.READY,
+    TaskState.REQUESTED: TaskResultStatus.RUNNING,
+    TaskState.ACTIVE: TaskResultStatus.RUNNING,
+    TaskState.SUCCEEDED: TaskResultStatus.SUCCESSFUL,
+}
+#: Why a task ended without an exception of its own (cancelled, replaced...), as an error.
+_ENDED = {
+    TaskState.CANCELED: "django_tasks_coord.exceptions.TaskStateError",
+    TaskState.REDUNDANT: "django_tasks_coord.exceptions.TaskRedundantError",
+    TaskState.FILTERED: "django_tasks_coord.exceptions.TaskStateError",
+    TaskState.SUSPENDED: "django_tasks_coord.exceptions.TaskStateError",
+    TaskState.FAILED: "django_tasks_coord.exceptions.TasksCoordError",
+}
+
+
+def exception_path(exc: BaseException) -> str:
+    """The dotted path of ``exc``'s class, as Django's ``TaskError`` stores it."""
+    return f"{type(exc).__module__}.{type(exc).__qualname__}"
+
+
+def failed_entry(exc: BaseException) -> dict[str, Any]:
+    """The attempt-log fields of an attempt that raised ``exc``."""
+    return {
+        "outcome": "failed",
+        "exception_class_path": exception_path(exc),
+        "traceback": "".join(tb.format_exception(exc)),
+    }
+
+
+def close_lost(log: list[dict[str, Any]], now: datetime) -> list[dict[str, Any]]:
+    """``log`` with every attempt that never ended marked ``lost`` (its node died)."""
+    closed = []
+    for entry in log:
+        if "finished_at" not in entry:
+            entry = {**entry, **lost_fields(entry, now)}
+        closed.append(entry)
+    return closed
+
+
+def lost_fields(entry: dict[str, Any], now: datetime | None) -> dict[str, Any]:
+    """The fields that describe an attempt lost with its node."""
+    return {
+        "finished_at": now.isoformat() if now is not None else None,
+        "outcome": "lost",
+        "exception_class_path": LOST_CLASS,
+        "traceback": (
+            f"The worker {entry.get('worker_id', '?')} died during attempt "
+            f"{entry.get('attempt', '?')} (its node stopped heartbeating); the task went back "
+            "to the queue."
+        ),
+    }
+
+
+def _when(value: object) -> datetime | None:
+    return parse_datetime(value) if isinstance(value, str) else None
+
+
+def django_task(row: TaskRow) -> Task:  # type: ignore[type-arg]
+    """The Django ``Task`` a stored row was enqueued from, with the row's queue and priority."""
+    payload = row.payload if isinstance(row.payload, dict) else {}
+    path = payload.get("task", "")
+    try:
+        task = import_string(path)
+    except ImportError as exc:
+        raise TaskResultDoesNotExist(
+            f"Task #{row.pk}: its task {path!r} cannot be imported ({exc})."
+        ) from exc
+    if not isinstance(task, Task):
+        raise TaskResultDoesNotExist(f"Task #{row.pk}: {path!r} is not a Django task.")
+    return task.using(
+        priority=row.priority,
+        queue_name=row.topic_id,
+        run_after=_when(payload.get("run_after")),
+        backend=payload.get("backend"),
+    )
+
+
+def to_result(row: TaskRow, task: Task | None = None) -> TaskResult:  # type: ignore[type-arg]
+    """Django's view of a stored row: status, times, arguments, every error, every worker."""
+    state = TaskState(row.state)
+    payload = row.payload if isinstance(row.payload, dict) else {}
+    log = [entry for entry in (row.attempt_log or []) if isinstance(entry, dict)]
+    running = state in (TaskState.ACTIVE, TaskState.REQUESTED)
+    errors = []
+    for index, entry in enumerate(log):
+        if "finished_at" not in entry:
+            if running and index == len(log) - 1:
+                continue  # the attempt under way
+            entry = {**entry, **lost_fields(entry, None)}
+        if "exception_class_path" in entry:
+            errors.append(
+                TaskError(
+                    exception_class_path=entry["exception_class_path"],
+                    traceback=entry.get("traceback", ""),
+                )
+            )
+    status = _STATUS.get(state, TaskResultStatus.FAILED)
+    if status == TaskResultStatus.FAILED:
+        last = log[-1] if log else {}
+        if (
+            state != TaskState.FAILED
+            or ("exception_class_path" not in last and "finished_at" in last)
+            or not log
+        ):
+            errors.append(
+                TaskError(
+                    exception_class_path=_ENDED.get(state, _ENDED[TaskState.FAILED]),
+                    traceback=row.error or row.message or f"The task ended {state.label}.",
+                )
+            )
+    starts = [_when(entry.get("started_at")) for entry in log]
+    result: TaskResult = TaskResult(  # type: ignore[type-arg]
+        task=task if task is not None else django_task(row),
+        id=row.identifier,
+        status=status,
+        enqueued_at=row.created_at,
+        started_at=starts[0] if starts else row.started_at,
+        last_attempted_at=starts[-1] if starts else row.started_at,
+        finished_at=row.finished_at if state.is_completed else None,
+        args=list(payload.get("args", [])),
+        kwargs=dict(payload.get("kwargs", {})),
+        backend=str(payload.get("backend", "")),
+        errors=errors,
+        worker_ids=[str(entry.get("worker_id", "")) for entry in log],
+    )
+    if status == TaskResultStatus.SUCCESSFUL:
+        object.__setattr__(result, "_return_value", row.result)
+    return result
+
+
+def now_iso() -> str:
+    """The current time as stored in the attempt log."""
+    return timezone.now().isoformat()
