@@ -505,7 +505,7 @@ class Node:
             try:
                 if scheduler.submit_due(self.owner.name):
                     self.wake(JOBS_TOPIC)
-                next_due = None if scheduler.jobs_paused() else scheduler.next_due()
+                next_due = scheduler.next_due()
             except DatabaseError as exc:
                 logger.warning("Scheduling failed (%s); retrying in %ss.", exc, timeout)
                 connections[db.alias()].close()

@@ -87,9 +87,14 @@ def jobs_paused() -> bool:
     return Topic.objects.using(db.alias()).filter(name=JOBS_TOPIC, paused=True).exists()
 
 
+def _not_all_paused() -> Q:
+    """No ``pause_all`` in force: folded into the scheduler's queries (no extra round trip)."""
+    return ~Q(Exists(Topic.objects.filter(name=JOBS_TOPIC, paused=True)))
+
+
 def next_due() -> datetime | None:
-    """When the next job is due (None: no job is scheduled)."""
-    jobs = PeriodicTask.objects.using(db.alias()).filter(schedulable())
+    """When the next job is due (None: no job is scheduled, or ``pause_all`` is in force)."""
+    jobs = PeriodicTask.objects.using(db.alias()).filter(schedulable(), _not_all_paused())
     due: datetime | None = jobs.aggregate(m=Min("nextrun"))["m"]
     return due
 
@@ -105,12 +110,10 @@ def submit_due(node: str = "", now: datetime | None = None, limit: int = 500) ->
     """
     using, conn = db.alias(), db.connection()
     now = now or timezone.now()
-    if jobs_paused():
-        return []
     with db.write_transaction():
         due = list(
             PeriodicTask.objects.using(using)
-            .filter(schedulable(), nextrun__lte=now)
+            .filter(schedulable(), _not_all_paused(), nextrun__lte=now)
             .annotate(
                 run_in_flight=ExpressionWrapper(_run_in_flight(), output_field=BooleanField())
             )
