@@ -24,7 +24,12 @@ TIME_ZONE = "UTC"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 if SYSTEM == "coord":
-    INSTALLED_APPS = ["django_tasks_coord", "benchmarks.benchapp"]
+    INSTALLED_APPS = [
+        "django.contrib.contenttypes",
+        "django.contrib.auth",
+        "django_tasks_coord",
+        "benchmarks.benchapp",
+    ]
     TASKS_COORD = json.loads(os.environ.get("BENCH_TASKS_COORD", "{}"))
 elif SYSTEM == "tasks_db":
     INSTALLED_APPS = ["django_tasks_db"]

@@ -21,7 +21,12 @@ DEBUG = False
 USE_TZ = True
 TIME_ZONE = "UTC"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-INSTALLED_APPS = ["django_tasks_coord", "benchmarks.chaosapp"]
+INSTALLED_APPS = [
+    "django.contrib.contenttypes",
+    "django.contrib.auth",
+    "django_tasks_coord",
+    "benchmarks.chaosapp",
+]
 TASKS_COORD = json.loads(os.environ.get("CHAOS_TASKS_COORD", "{}"))
 
 # runscheduler logs the package to stdout itself (the chaos script keeps one file per

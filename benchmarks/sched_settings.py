@@ -21,7 +21,7 @@ DEBUG = False
 USE_TZ = True
 TIME_ZONE = "UTC"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-INSTALLED_APPS = ["django_tasks_coord"]
+INSTALLED_APPS = ["django.contrib.contenttypes", "django.contrib.auth", "django_tasks_coord"]
 TASKS_COORD = json.loads(os.environ.get("BENCH_TASKS_COORD", "{}"))
 
 # Quiet nodes: the benchmark reads the database, not the logs.

@@ -156,7 +156,7 @@ def configure(vendors: list[str]) -> None:
     databases["default"] = databases[alias_of(vendors[0], OURS_DB)]
     settings.configure(
         DATABASES=databases,
-        INSTALLED_APPS=["django_tasks_coord"],
+        INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "django_tasks_coord"],
         USE_TZ=True,
         TIME_ZONE="UTC",
         DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
