@@ -8,6 +8,7 @@ seconds.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -21,7 +22,7 @@ from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from django_tasks_coord.admin.base import ModelAdmin
+from django_tasks_coord.admin.base import ModelAdmin, age
 from django_tasks_coord.admin.coordination import (
     alive_since,
     holders_with_health,
@@ -110,6 +111,14 @@ def throughput(now: datetime, window: int = WINDOW) -> list[TopicChart]:
     return sorted(charts.values(), key=lambda chart: chart.topic)
 
 
+def _with_age_text(rows: Iterable[Any]) -> list[Any]:
+    """The rows, each with ``age_text``: its heartbeat age for people ("4s")."""
+    listed = list(rows)
+    for row in listed:
+        row.age_text = age(row.age)
+    return listed
+
+
 @admin.register(Dashboard)
 class DashboardAdmin(ModelAdmin):
     """The dashboard page (read-only; for users who may view topics or tasks)."""
@@ -162,8 +171,10 @@ class DashboardAdmin(ModelAdmin):
                 state__exact=TaskState.FAILED.value,
                 finished_at__gte=hour_ago.isoformat(),
             ),
-            "leaders": list(holders_with_health().exclude(task_id="").order_by("group_id")),
-            "nodes": list(
+            "leaders": _with_age_text(
+                holders_with_health().exclude(task_id="").order_by("group_id")
+            ),
+            "nodes": _with_age_text(
                 owners_with_health().filter(heartbeat__gte=alive_since()).order_by("name")
             ),
             "bar_width": BAR_WIDTH,

@@ -1,0 +1,156 @@
+"""The admin in a real browser: headless Chromium (Debian's package) driven by Playwright.
+
+Log in, pause a topic, revive a failed task, run a job now, see the dashboard chart.
+Screenshots go to a temporary directory, or to docs/images/ (used by docs/admin.md) when
+``UPDATE_SCREENSHOTS=1``. Skipped, with the reason shown, where no Chromium is installed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+from django.utils import timezone
+
+from django_tasks_coord import coordination, queue, scheduling
+from django_tasks_coord.enums import Decision, TaskState
+from django_tasks_coord.models import Task, Topic
+from django_tasks_coord.scheduling import JOBS_TOPIC
+from tests.factories import OwnerFactory, TaskFactory, TopicFactory
+
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+DOCS_IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(
+        shutil.which(CHROMIUM) is None,
+        reason=f"no Chromium at {CHROMIUM}: install the Debian package chromium "
+        "(.ci/run and ./run test do when they can)",
+    ),
+]
+
+
+@pytest.fixture
+def page(live_server, monkeypatch, tmp_path) -> Iterator[object]:
+    sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package")
+    # Playwright's sync API runs an event loop in this thread; Django's ORM refuses to run
+    # next to one unless told that this (test) code is synchronous.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-dev-shm-usage"]
+        )
+        context = browser.new_context(
+            viewport={"width": 1280, "height": 860}, base_url=live_server.url
+        )
+        context.set_default_timeout(15_000)
+        yield context.new_page()
+        browser.close()
+
+
+@pytest.fixture
+def shots(tmp_path) -> Path:
+    if os.environ.get("UPDATE_SCREENSHOTS") == "1":
+        DOCS_IMAGES.mkdir(parents=True, exist_ok=True)
+        return DOCS_IMAGES
+    return tmp_path
+
+
+@pytest.fixture
+def operations(transactional_db) -> dict[str, object]:
+    """A small, realistic system: topics with work, a failed task, a job, a leader, nodes."""
+    User.objects.create_superuser("admin", password="admin-pw")
+    now = timezone.now()
+    mail, reports = TopicFactory(name="mail"), TopicFactory(name="reports")
+    for minute in range(0, 60, 2):
+        for i in range(1 + minute % 7):
+            TaskFactory(
+                topic=mail if i % 2 else reports,
+                state=TaskState.FAILED if (minute + i) % 23 == 0 else TaskState.SUCCEEDED,
+                finished_at=now - timedelta(minutes=minute, seconds=10),
+            )
+    TaskFactory.create_batch(4, topic=mail)
+    queue.push("mail", "invoice-42", {"customer": 42, "amount": "19.90"}, priority=5)
+    (task,) = queue.poll("mail", owner=queue.register_owner("node-a"))
+    try:
+        raise ConnectionError("SMTP server refused the connection")
+    except ConnectionError as exc:
+        failed = queue.complete(task, Decision.failure(exc, "could not send invoice"))
+    OwnerFactory(name="node-b")
+    coordination.join("billing", "node-a")
+    coordination.try_acquire("billing", "node-a", timedelta(seconds=30))
+    job = scheduling.schedule_periodic(
+        "tests.testapp.job_functions.noop", "Mon..Fri 09:00", job_id="daily-report", tz="UTC"
+    )
+    return {"failed": failed, "job": job}
+
+
+def log_in(page) -> None:
+    page.goto("/admin/login/?next=/admin/")
+    page.fill("#id_username", "admin")
+    page.fill("#id_password", "admin-pw")
+    page.click("input[type=submit]")
+    page.wait_for_selector("#content-main")
+
+
+def test_log_in_and_see_the_index(page, operations, shots):
+    log_in(page)
+    assert page.locator("a", has_text="Dashboard").count() >= 1
+    page.screenshot(path=str(shots / "admin-index.png"), full_page=True)
+
+
+def test_pause_a_topic(page, operations, shots):
+    log_in(page)
+    page.goto("/admin/django_tasks_coord/topic/")
+    page.screenshot(path=str(shots / "admin-topics.png"), full_page=True)
+    page.click("text=mail")
+    page.wait_for_selector("table.tc-states")
+    page.click("button[data-action=pause]")
+    page.wait_for_selector("text=Paused: 1 topic.")
+    assert Topic.objects.get(pk="mail").paused
+    assert page.locator("button[data-action=resume]").count() == 1
+
+
+def test_revive_a_failed_task(page, operations, shots):
+    failed = operations["failed"]
+    log_in(page)
+    page.goto(f"/admin/django_tasks_coord/task/?state__exact={TaskState.FAILED.value}")
+    page.screenshot(path=str(shots / "admin-tasks.png"), full_page=True)
+    page.goto(f"/admin/django_tasks_coord/task/{failed.pk}/change/")
+    assert page.locator("text=SMTP server refused the connection").count() >= 1
+    page.screenshot(path=str(shots / "admin-task.png"), full_page=True)
+    page.click("button[data-action=recreate]")
+    page.wait_for_selector("text=Recreated: 1 task.")
+    copy = Task.objects.get(original=failed)
+    assert (copy.state, copy.recreated) == (TaskState.PENDING, True)
+
+
+def test_run_a_job_now(page, operations, shots):
+    log_in(page)
+    page.goto("/admin/django_tasks_coord/periodictask/")
+    page.click("text=daily-report")
+    page.wait_for_selector("ol.tc-elapses")
+    assert page.locator("ol.tc-elapses li").count() == 5
+    page.screenshot(path=str(shots / "admin-job.png"), full_page=True)
+    page.click("button[data-action=run_now]")
+    page.wait_for_selector("text=Run now: 1 periodic job.")
+    run = Task.objects.get(topic_id=JOBS_TOPIC, identifier=operations["job"])
+    assert (run.state, run.requester) == (TaskState.PENDING, "admin:admin")
+
+
+def test_see_the_dashboard_chart(page, operations, shots):
+    log_in(page)
+    page.click("a:has-text('Dashboard')")
+    page.wait_for_selector("svg.tc-chart")
+    assert page.locator("svg.tc-chart[data-topic=mail] rect.tc-done").count() > 10
+    assert page.locator("svg.tc-chart rect.tc-failed").count() >= 1
+    assert page.locator("#tc-leaders", has_text="node-a").count() == 1
+    assert page.locator("#tc-nodes", has_text="node-b").count() == 1
+    assert page.locator('meta[http-equiv="refresh"]').count() == 1
+    page.screenshot(path=str(shots / "admin-dashboard.png"), full_page=True)
