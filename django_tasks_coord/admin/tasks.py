@@ -19,6 +19,7 @@ from django_tasks_coord.admin.base import (
     ServiceActionsAdmin,
     run_service,
 )
+from django_tasks_coord.admin.definitions import DefinitionFilter
 from django_tasks_coord.models import Task
 
 
@@ -86,6 +87,7 @@ class TaskAdmin(ServiceActionsAdmin):
         "state",
         IdentifierFilter,
         "owner",
+        DefinitionFilter,
         RecreatedFilter,
         ("created_at", admin.DateFieldListFilter),
         ("finished_at", admin.DateFieldListFilter),

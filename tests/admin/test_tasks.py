@@ -338,6 +338,7 @@ def leading_columns_of_used_indexes(plan: str) -> set[str]:
         ({"created_at__gte": "2026-01-01 00:00:00+00:00"}, {"created_at"}),
         ({"finished_at__gte": "2026-01-01 00:00:00+00:00"}, {"finished_at"}),
         ({"q": "weekly"}, {"identifier", "label"}),
+        ({"definition": "mail"}, {"topic_id"}),
     ],
 )
 def test_every_filter_has_an_index_behind_it(rf, superuser, tasks, params, columns):
@@ -367,3 +368,42 @@ def test_action_stops_after_max_objects(admin_client, monkeypatch):
     )
     assert "Stopped after 1 objects" in response.content.decode()
     assert Task.objects.filter(state=TaskState.PENDING).count() == 1
+
+
+# --- task definitions (issue 7) ---------------------------------------------------------
+
+
+@pytest.fixture
+def definition():
+    from django_tasks_coord.models import TaskDefinition
+
+    queue.register_topic("render")
+    return TaskDefinition.objects.create(
+        name="render",
+        requested_to_start_timeout=30,
+        in_progress_timeout=300,
+        allowed_retry_count=2,
+        retry_delay=10,
+        params_schema={"type": "object"},
+    )
+
+
+def test_filter_by_definition(admin_client, tasks, definition):
+    rendered = TaskFactory(topic_id="render")
+    assert listed(admin_client, definition="render") == [rendered.pk]
+
+
+def test_definitions_are_shown_read_only(viewer_client, admin_client, definition):
+    from django.contrib.auth.models import Permission
+
+    changelist = reverse("admin:django_tasks_coord_taskdefinition_changelist")
+    detail = reverse("admin:django_tasks_coord_taskdefinition_change", args=["render"])
+    html = admin_client.get(detail).content.decode()
+    assert "&quot;type&quot;: &quot;object&quot;" in html and "definition=render" in html
+    assert 'name="in_progress_timeout"' not in html  # no form field: read-only
+    assert admin_client.post(detail, {"in_progress_timeout": 1}).status_code == 403
+    add = reverse("admin:django_tasks_coord_taskdefinition_add")
+    assert admin_client.get(add).status_code == 403
+    viewer = viewer_client  # view_taskdefinition is not among its permissions
+    assert viewer.get(changelist).status_code == 403
+    assert Permission.objects.filter(codename="view_taskdefinition").exists()
