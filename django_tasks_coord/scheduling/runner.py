@@ -226,7 +226,12 @@ class JobTaskType(TaskType):
             if nextrun is None:
                 changes.update(enabled=False, finished_at=now)
         jobs.update(**changes)
-        db.notify(db.connection(), SCHEDULE_CHANGED)
+        nextrun = changes.get("nextrun", job.nextrun)
+        if "nextrun" in changes or (nextrun is not None and nextrun <= now):
+            # The schedulers must look again: the next run moved (fixed delay), or a due
+            # slot was held back while this run was in flight (WAIT). Otherwise they
+            # already sleep until the right time, and waking every node is wasted work.
+            db.notify(db.connection(), SCHEDULE_CHANGED)
 
 
 #: The consumer of :data:`JOBS_TOPIC`. Errors are handled per job (``on_outcome``), so the
