@@ -25,6 +25,11 @@ class DefinitionFilter(admin.SimpleListFilter):
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         return [(name, name) for name in TaskDefinition.objects.values_list("name", flat=True)]
 
+    def has_output(self) -> bool:
+        # Shown (and applied) even with no definitions when a value is asked for: a filter
+        # on a definition that does not exist must list nothing, not everything.
+        return bool(self.lookup_choices) or self.value() is not None
+
     def queryset(self, request: HttpRequest, queryset: QuerySet[Task]) -> QuerySet[Task]:
         value = self.value()
         return queryset.filter(topic_id=value) if value else queryset

@@ -476,6 +476,10 @@ class Node:
                 last_beat = now
                 if self.leadership is not None:
                     self.leadership.beat()
+                    if self.leadership.retry_in is not None:  # the leader's lease ends sooner
+                        next_beat = min(
+                            next_beat, time.monotonic() + self.leadership.retry_in + 0.002
+                        )
                 if now - last_reap >= self.config.reap_interval:
                     last_reap = now
                     owners.expire(timedelta(seconds=self.config.liveness_interval))

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connections
 from django.utils import timezone
 
 from django_tasks_coord import coordination, queue, scheduling
@@ -37,7 +38,9 @@ pytestmark = [
 
 
 @pytest.fixture
-def page(live_server, monkeypatch, tmp_path) -> Iterator[object]:
+def page(transactional_db, live_server, monkeypatch) -> Iterator[object]:
+    # transactional_db first: the test database is then set up before the (session-wide)
+    # live server and torn down after it, when the server's connections are closed.
     sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package")
     # Playwright's sync API runs an event loop in this thread; Django's ORM refuses to run
     # next to one unless told that this (test) code is synchronous.
@@ -52,6 +55,10 @@ def page(live_server, monkeypatch, tmp_path) -> Iterator[object]:
         context.set_default_timeout(15_000)
         yield context.new_page()
         browser.close()
+        # The ORM calls made inside Playwright's event loop use connections of their own
+        # (Django keeps connections per context there); close them, or PostgreSQL refuses
+        # to drop the test database at the end ("being accessed by other users").
+        connections.close_all()
 
 
 @pytest.fixture

@@ -393,6 +393,10 @@ def test_filter_by_definition(admin_client, tasks, definition):
     assert listed(admin_client, definition="render") == [rendered.pk]
 
 
+def test_filter_by_an_unknown_definition_lists_nothing(admin_client, tasks):
+    assert listed(admin_client, definition="nope") == []
+
+
 def test_definitions_are_shown_read_only(viewer_client, admin_client, definition):
     from django.contrib.auth.models import Permission
 
