@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import DatabaseError, IntegrityError, OperationalError
+from django.db.models import DurationField, ExpressionWrapper, F
 from django.db.models.functions import Now
 
 from django_tasks_coord import db
@@ -134,6 +135,43 @@ def _acquire(group: str, node_id: str, liveness: timedelta, using: str) -> int |
         extra={"group": group, "node": node_id, "term": holder.term + 1},
     )
     return holder.term + 1
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Who holds a group's token, under which term, and for how much longer."""
+
+    node_id: str  #: empty when the holder released the token
+    term: int
+    #: Seconds until the token may be taken over, by the database clock (0: now).
+    seconds_left: float
+
+
+def lease(group: str, liveness: timedelta) -> Lease | None:
+    """Read ``group``'s token without locking it (None: it was never taken).
+
+    Nodes call this every heartbeat and lock the token (:func:`try_acquire`) only
+    when a takeover is possible (``seconds_left == 0``): the holder renews nothing
+    in ``token_holder`` (its ``health_check`` heartbeat is its lease), and a
+    standby that knows when the lease runs out tries again at that moment instead
+    of at its next regular heartbeat, so a dead leader is replaced within about
+    ``liveness``, not ``liveness`` plus up to one heartbeat.
+    """
+    using = db.alias()
+    holder = TokenHolder.objects.using(using).filter(group_id=group).first()
+    if holder is None:
+        return None
+    if not holder.task_id:
+        return Lease(node_id="", term=holder.term, seconds_left=0.0)
+    age = (
+        HealthCheck.objects.using(using)
+        .filter(task_id=holder.task_id, group_id=group)
+        .annotate(age=ExpressionWrapper(Now() - F("last_heartbeat"), output_field=DurationField()))
+        .values_list("age", flat=True)
+        .first()
+    )
+    left = 0.0 if age is None else max((liveness - age).total_seconds(), 0.0)
+    return Lease(node_id=holder.task_id, term=holder.term, seconds_left=left)
 
 
 def release(group: str, node_id: str) -> bool:

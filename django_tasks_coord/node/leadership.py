@@ -38,6 +38,9 @@ class Leadership:
         self.on_change = on_change
         self._term: int | None = None
         self._last_success = time.monotonic()
+        #: Seconds after the last beat at which the holder's lease runs out, when that
+        #: comes before the next regular beat: the lifeline beats again right then.
+        self.retry_in: float | None = None
 
     def start(self) -> None:
         """Join the group (the first election happens at the first :meth:`beat`)."""
@@ -55,13 +58,25 @@ class Leadership:
         return self.liveness - self.heartbeat
 
     def beat(self) -> None:
-        """Heartbeat the membership and try to take or keep the token."""
+        """Heartbeat the membership, then keep the token, wait, or try to take it.
+
+        The token is read without a lock; it is locked (:func:`coordination.try_acquire`)
+        only when a takeover is possible, so a healthy group takes no row lock at all.
+        """
+        liveness = timedelta(seconds=self.liveness)
+        self.retry_in = None
         try:
             if not coordination.heartbeat(self.group, self.node_id):
                 coordination.join(self.group, self.node_id)
-            term = coordination.try_acquire(
-                self.group, self.node_id, timedelta(seconds=self.liveness)
-            )
+            lease = coordination.lease(self.group, liveness)
+            if lease is not None and lease.node_id == self.node_id:
+                term: int | None = lease.term
+            elif lease is not None and lease.seconds_left > 0:
+                term = None
+                if lease.seconds_left < self.heartbeat:
+                    self.retry_in = lease.seconds_left
+            else:
+                term = coordination.try_acquire(self.group, self.node_id, liveness)
         except TokenBusyError as exc:  # someone holds the token row: like a missed beat
             logger.info("Group %r: %s", self.group, exc)
             self.valid_term()

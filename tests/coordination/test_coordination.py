@@ -37,6 +37,21 @@ class TestElection:
         assert (leader.node_id, leader.term) == ("a", 1)
         assert leader.last_heartbeat is not None
 
+    def test_lease_says_who_holds_the_token_and_until_when(self):
+        assert coordination.lease("g", LIVENESS) is None  # never taken
+        coordination.join("g", "a")
+        assert coordination.try_acquire("g", "a", LIVENESS) == 1
+        held = coordination.lease("g", LIVENESS)
+        assert (held.node_id, held.term) == ("a", 1)
+        assert 25 < held.seconds_left <= 30
+        age("a", 10)
+        assert 15 < coordination.lease("g", LIVENESS).seconds_left <= 20
+        age("a", 31)
+        assert coordination.lease("g", LIVENESS).seconds_left == 0.0
+        coordination.release("g", "a")
+        released = coordination.lease("g", LIVENESS)
+        assert (released.node_id, released.term, released.seconds_left) == ("", 1, 0.0)
+
     def test_a_standby_takes_over_a_stale_holder_and_the_term_grows(self):
         for node in "abc":
             coordination.join("g", node)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from django.db import OperationalError
 
+from django_tasks_coord.coordination import Lease
 from django_tasks_coord.node import leadership as leadership_module
 from django_tasks_coord.node.leadership import Leadership
 
@@ -24,10 +25,12 @@ def clock(monkeypatch):
     return fake
 
 
-def make(monkeypatch, outcome):
-    """A Leadership whose database calls return ``outcome()`` (a term, or raise)."""
+def make(monkeypatch, outcome, lease=None):
+    """A Leadership whose token reads return ``lease`` (None: never taken) and whose
+    lock attempts return ``outcome()`` (a term, or raise)."""
     changes: list[int | None] = []
     monkeypatch.setattr(leadership_module.coordination, "heartbeat", lambda group, node: True)
+    monkeypatch.setattr(leadership_module.coordination, "lease", lambda group, liveness: lease)
     monkeypatch.setattr(
         leadership_module.coordination, "try_acquire", lambda group, node, liveness: outcome()
     )
@@ -84,3 +87,37 @@ def test_a_standby_stays_a_standby(monkeypatch, clock):
     lead.beat()
     assert lead.valid_term() is None
     assert changes == []
+
+
+def test_a_healthy_holder_keeps_its_term_without_locking_the_token(monkeypatch, clock):
+    def outcome():
+        raise AssertionError("the token must not be locked")
+
+    lead, changes = make(monkeypatch, outcome, Lease(node_id="n1", term=4, seconds_left=2.9))
+    lead.beat()
+    assert lead.valid_term() == 4
+    assert lead.retry_in is None
+    assert changes == [4]
+
+
+@pytest.mark.parametrize(("left", "retry_in"), [(2.5, None), (0.4, 0.4)])
+def test_a_standby_waits_for_the_lease_and_retries_when_it_ends(monkeypatch, clock, left, retry_in):
+    """A standby does not lock a live holder's token; when the lease ends before its
+    next regular beat, it asks to beat again at that moment (``retry_in``)."""
+
+    def outcome():
+        raise AssertionError("the token must not be locked while the lease holds")
+
+    lead, changes = make(monkeypatch, outcome, Lease(node_id="n2", term=4, seconds_left=left))
+    lead.beat()
+    assert lead.valid_term() is None
+    assert lead.retry_in == retry_in
+    assert changes == []
+
+
+@pytest.mark.parametrize("holder", ["n2", ""])  # a dead holder, or a released token
+def test_a_standby_locks_the_token_once_a_takeover_is_possible(monkeypatch, clock, holder):
+    lead, changes = make(monkeypatch, lambda: 5, Lease(node_id=holder, term=4, seconds_left=0.0))
+    lead.beat()
+    assert lead.valid_term() == 5
+    assert changes == [5]
