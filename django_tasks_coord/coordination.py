@@ -79,6 +79,23 @@ def leave(group: str, node_id: str) -> None:
     HealthCheck.objects.using(db.alias()).filter(task_id=node_id, group_id=group).delete()
 
 
+def forget_dead(older_than: timedelta) -> int:
+    """Delete memberships whose last heartbeat is older than ``older_than``; return how many.
+
+    A node killed without a graceful stop leaves its ``health_check`` row behind. For
+    elections it counts as dead after the liveness interval anyway; nodes clear such
+    rows (at ten liveness intervals) so the table lists live members only. A node that
+    was merely frozen rejoins at its next heartbeat.
+    """
+    stale = HealthCheck.objects.using(db.alias()).filter(last_heartbeat__lt=db.ago(older_than))
+    deleted, _ = stale.delete()
+    if deleted:
+        logger.info(
+            "Forgot %s group membership(s) without a heartbeat for %s.", deleted, older_than
+        )
+    return deleted
+
+
 def try_acquire(group: str, node_id: str, liveness: timedelta) -> int | None:
     """Become (or stay) ``group``'s leader if possible; return the term held, else None.
 

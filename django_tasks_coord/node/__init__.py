@@ -27,7 +27,7 @@ from django.db import DatabaseError, connections
 from django.db.models import Min
 from django.utils import timezone
 
-from django_tasks_coord import db, executions, owners, queue, topics
+from django_tasks_coord import coordination, db, executions, owners, queue, topics
 from django_tasks_coord.enums import Decision, Result, TaskState, WaitingPolicy
 from django_tasks_coord.exceptions import OwnerExpiredError, TasksCoordError
 from django_tasks_coord.handlers import HandlerNotFoundError, Registry, TaskType, registry
@@ -483,6 +483,10 @@ class Node:
                 if now - last_reap >= self.config.reap_interval:
                     last_reap = now
                     owners.expire(timedelta(seconds=self.config.liveness_interval))
+                    if self.leadership is not None:
+                        coordination.forget_dead(
+                            timedelta(seconds=10 * self.config.liveness_interval)
+                        )
                     executions.reap()  # timeouts of tasks run by external executors
             except TasksCoordError:
                 raise

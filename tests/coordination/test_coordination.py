@@ -52,6 +52,15 @@ class TestElection:
         released = coordination.lease("g", LIVENESS)
         assert (released.node_id, released.term, released.seconds_left) == ("", 1, 0.0)
 
+    def test_forget_dead_clears_memberships_without_a_recent_heartbeat(self):
+        for node in ("a", "b", "c"):
+            coordination.join("g", node)
+        age("a", 400)
+        age("b", 200)
+        assert coordination.forget_dead(timedelta(seconds=300)) == 1
+        assert sorted(HealthCheck.objects.values_list("task_id", flat=True)) == ["b", "c"]
+        assert coordination.heartbeat("g", "a") is False  # a frozen node finds out, rejoins
+
     def test_a_standby_takes_over_a_stale_holder_and_the_term_grows(self):
         for node in "abc":
             coordination.join("g", node)
