@@ -164,8 +164,11 @@ class Node:
         return self._stopping.is_set()
 
     def forget_topic(self, topic: str) -> None:
-        """Stop claiming ``topic`` at once (this node just paused it)."""
+        """Stop claiming ``topic`` at once (this node just paused it) and release its
+        buffered tasks."""
         self._topics = [name for name in self._topics if name != topic]
+        self._topics_checked = 0.0
+        self._release_buffered({topic})
 
     def wake(self, topic: str | None = None) -> None:
         """Make the dispatcher look for work now (a NOTIFY, a freed worker), or the scheduler
@@ -408,7 +411,23 @@ class Node:
             logger.info(
                 "Processing topics: %s.", ", ".join(topics) or "none (all paused or unknown)"
             )
+        dropped = set(self._topics) - set(topics)
         self._topics, self._topics_checked = topics, now
+        if dropped:
+            self._release_buffered(dropped)
+
+    def _release_buffered(self, dropped: set[str]) -> None:
+        """Give back the claimed, not yet started tasks of topics this node stopped
+        processing (paused, or a group topic after losing the lead): they do not start."""
+        if self._pool is None:
+            return
+        jobs = self._pool.take_queued(lambda job: job.payload[0].topic_id in dropped)
+        tasks = [task for job in jobs for task in job.payload]
+        if tasks:
+            logger.info(
+                "Releasing %s buffered task(s) of %s.", len(tasks), ", ".join(sorted(dropped))
+            )
+            self._release(tasks, refund_attempt=True)
 
     def _idle_timeout(self) -> float:
         """Seconds to sleep: until the next delayed task is due, at most one poll interval."""

@@ -49,16 +49,23 @@ class WorkerPool:
         self._queue.put(job)
         return job
 
-    def take_queued(self) -> list[Job]:
-        """Remove and return every job that has not started yet."""
+    def take_queued(self, which: Callable[[Job], bool] | None = None) -> list[Job]:
+        """Remove and return the jobs that have not started yet (those ``which`` accepts).
+
+        The others go back in their order (behind any job submitted meanwhile).
+        """
         taken: list[Job] = []
+        kept: list[Job] = []
         while True:
             try:
                 job = self._queue.get_nowait()
             except queue.Empty:
-                return taken
+                break
             if job is not None:
-                taken.append(job)
+                (taken if which is None or which(job) else kept).append(job)
+        for job in kept:
+            self._queue.put(job)
+        return taken
 
     def running(self) -> list[Job]:
         """Jobs a worker is executing right now."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from django_tasks_coord import handlers, queue
@@ -194,3 +196,27 @@ def test_delayed_task_runs_when_due(make_node, work_topic):
     task = Task.objects.get()
     lag = (run_.started_at - task.execute_at).total_seconds()
     assert 0 <= lag < 2.5
+
+
+def test_pausing_a_topic_releases_its_buffered_tasks(make_node, work_topic):
+    """Tasks claimed ahead (buffered, not started) of a topic that gets paused are given
+    back untouched within one poll interval instead of starting anyway."""
+    nodes = []
+    seen = []
+
+    def first_pauses(task):
+        seen.append(task.identifier)
+        if task.identifier == "t0":
+            queue.pause_topic("work")  # an operator pauses while t1..t4 wait in the buffer
+            deadline = time.monotonic() + 10
+            while nodes[0].in_flight > 1 and time.monotonic() < deadline:
+                time.sleep(0.01)  # waiting for the node to act, not for time to pass
+
+    handlers.register("work", first_pauses)
+    queue.push_many("work", [(f"t{i}", {}) for i in range(5)])
+    nodes.append(make_node(workers=1, buffer=10, batch_size=5))
+    run(nodes[0])
+    assert seen == ["t0"]
+    tasks = list(Task.objects.filter(topic_id="work").order_by("sequence"))
+    assert [t.state for t in tasks] == [TaskState.SUCCEEDED] + [TaskState.PENDING] * 4
+    assert [t.attempts for t in tasks[1:]] == [0] * 4  # the claims' attempts were refunded
