@@ -292,8 +292,8 @@ def get(name: str) -> Definition:
 
     Raises :class:`UnknownDefinitionError`.
     """
-    if not isinstance(name, str):
-        raise UnknownDefinitionError(f"A definition name must be a str, not {name!r}.")
+    if not isinstance(name, str) or "\x00" in name or len(name) > 100:
+        raise UnknownDefinitionError(f"No task definition is named {name!r}.")
     definition = declared(name)
     if definition is not None:
         return definition

@@ -7,7 +7,7 @@ not a thousand threads or connections (deploy under ASGI; see docs/executors.md)
 
 What wakes a waiting long-poll:
 
-- on PostgreSQL, a ``NOTIFY`` on the queue's channel for one of its definitions (a new
+- on PostgreSQL (with ``LISTEN_NOTIFY`` on), a ``NOTIFY`` on the queue's channel for one of its definitions (a new
   task, a retry, a task back from a timeout, a freed concurrency slot). One ``LISTEN``
   connection per event loop (per server process) serves every waiter; it closes a
   little while after the last waiter left;
@@ -68,7 +68,11 @@ class _Hub:
         event = asyncio.Event()
         for topic in topics:
             self.waiters[topic].add(event)
-        if (self._listener is None or self._listener.done()) and listen_supported(db.alias()):
+        if (
+            (self._listener is None or self._listener.done())
+            and app_settings.LISTEN_NOTIFY
+            and listen_supported(db.alias())
+        ):
             self._listener = asyncio.get_running_loop().create_task(self._listen())
         return event
 

@@ -512,3 +512,9 @@ def document(server_url: str = "/tasks") -> dict[str, Any]:
             },
         },
     }
+
+
+if __name__ == "__main__":  # python -m django_tasks_coord.api.openapi > docs/openapi.json
+    import json
+
+    print(json.dumps(document(), indent=2))

@@ -20,8 +20,11 @@ app_name = "tasks_coord_api"
 
 
 def _route(openapi_path: str) -> str:
-    """The Django route of an OpenAPI path: ``/{task_id}/start`` → ``<int:task_id>/start``."""
-    return openapi_path.lstrip("/").replace("{task_id}", "<int:task_id>")
+    """The Django route of an OpenAPI path: ``/{task_id}/start`` → ``<str:task_id>/start``.
+
+    Any segment is routed, so that an id that is not a number gets the API's JSON 404.
+    """
+    return openapi_path.lstrip("/").replace("{task_id}", "<str:task_id>")
 
 
 def _dispatcher(route: str, handlers: dict[str, Any]) -> Any:
@@ -70,6 +73,7 @@ def _patterns() -> list[URLPattern]:
         path(_route(route), _dispatcher(route, routes[route]), name=route) for route in ordered
     ]
     patterns.insert(0, path("openapi.json", views.openapi_document, name="openapi"))
+    patterns.append(path("<path:rest>", views.no_such_endpoint))  # a JSON 404, not Django's page
     return patterns
 
 

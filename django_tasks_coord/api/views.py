@@ -119,7 +119,38 @@ def _body(request: HttpRequest, spec: openapi.Operation) -> dict[str, Any]:
             path,
         )
     assert isinstance(data, dict)
+    if _has_nul(data):
+        raise ApiError(
+            400, "invalid_request", "Strings must not contain NUL (\\u0000) characters."
+        )
     return data
+
+
+def _has_nul(value: Any) -> bool:
+    """Whether a JSON value holds a NUL character, which PostgreSQL cannot store."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, list):
+        return any(map(_has_nul, value))
+    if isinstance(value, dict):
+        return any(_has_nul(key) or _has_nul(item) for key, item in value.items())
+    return False
+
+
+def _task_id(kwargs: dict[str, Any]) -> None:
+    """Turn the ``task_id`` URL segment into an int in place; 404 if it cannot be an id."""
+    if "task_id" not in kwargs:
+        return
+    raw = kwargs["task_id"]
+    if raw.isdigit() and int(raw) < 2**63:
+        kwargs["task_id"] = int(raw)
+        return
+    raise ApiError(404, "not_found", f"No task has the id {raw!r}.")
+
+
+def no_such_endpoint(request: HttpRequest, rest: str) -> HttpResponse:
+    """Anything else under the API's prefix: a JSON 404."""
+    return ApiError(404, "not_found", f"The API has no endpoint {rest!r}.").response()
 
 
 def operation(operation_id: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -143,6 +174,7 @@ def operation(operation_id: str) -> Callable[[Callable[..., Any]], Callable[...,
             @functools.wraps(view)
             async def async_wrapper(request: HttpRequest, **kwargs: Any) -> HttpResponse:
                 try:
+                    _task_id(kwargs)
                     user = await run_db(_authorize, request, spec)
                     body = _body(request, spec)
                     return respond(await view(request, user, body, **kwargs))
@@ -155,6 +187,7 @@ def operation(operation_id: str) -> Callable[[Callable[..., Any]], Callable[...,
         @functools.wraps(view)
         def wrapper(request: HttpRequest, **kwargs: Any) -> HttpResponse:
             try:
+                _task_id(kwargs)
                 user = _authorize(request, spec)
                 body = _body(request, spec)
                 return respond(view(request, user, body, **kwargs))
@@ -224,13 +257,18 @@ def definition_json(definition: definitions.Definition) -> dict[str, Any]:
 
 @operation("poll")
 def poll(request: HttpRequest, user: Any, body: dict[str, Any]) -> Any:
-    return _tasks(executions.poll(body["definitions"], body.get("limit", 1)))
+    return _tasks(executions.poll(body["definitions"], _int(body, "limit", 1)))
 
 
 @operation("longPoll")
 async def long_poll_view(request: HttpRequest, user: Any, body: dict[str, Any]) -> Any:
-    tasks = await long_poll(body["definitions"], body.get("limit", 1), body.get("timeout", 30))
+    tasks = await long_poll(body["definitions"], _int(body, "limit", 1), body.get("timeout", 30))
     return _tasks(tasks)
+
+
+def _int(body: dict[str, Any], key: str, default: int) -> int:
+    """An integer of the body (JSON Schema's integers include 2.0)."""
+    return int(body.get(key, default))
 
 
 def _exec_id(body: dict[str, Any]) -> uuid.UUID:
@@ -282,7 +320,7 @@ def create(request: HttpRequest, user: Any, body: dict[str, Any]) -> Any:
         execute_at=execute_at,
         label=body.get("label", ""),
         requester=user.get_username()[:255],
-        priority=body.get("priority", 0),
+        priority=_int(body, "priority", 0),
     )
     return task_json(task)
 

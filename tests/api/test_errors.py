@@ -308,3 +308,24 @@ def test_an_error_violating_the_schema_is_422_and_changes_nothing(executor, star
     )
     assert error(response, 422, "schema_violation")["path"] == "/error/code"
     assert snapshot(started["id"]) == before
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"definition": "test/basic", "label": "a\x00b"},
+        {"definition": "test/basic", "params": {"k": ["\x00"]}},
+        {"definition": "test/basic", "params": {"\x00": 1}},
+    ],
+)
+def test_nul_characters_are_400_everywhere(submitter, body):
+    """PostgreSQL cannot store them; every database refuses them alike."""
+    error(submitter.post("", body), 400, "invalid_request")
+    assert not Task.objects.exists()
+
+
+def test_unknown_urls_under_the_api_are_json_404s(submitter):
+    error(submitter.get("nothing/here"), 404, "not_found")
+    error(submitter.get("abc"), 404, "not_found")
+    error(submitter.post("abc/start", {"exec_id": str(uuid.uuid4())}), 404, "not_found")
+    error(submitter.get(str(2**64)), 404, "not_found")
