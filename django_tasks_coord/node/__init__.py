@@ -27,7 +27,7 @@ from django.db import DatabaseError, connections
 from django.db.models import Min
 from django.utils import timezone
 
-from django_tasks_coord import coordination, db, executions, owners, queue, topics
+from django_tasks_coord import coordination, db, executions, owners, queue, signals, topics
 from django_tasks_coord.enums import Decision, Result, TaskState, WaitingPolicy
 from django_tasks_coord.exceptions import OwnerExpiredError, TasksCoordError
 from django_tasks_coord.handlers import HandlerNotFoundError, Registry, TaskType, registry
@@ -159,6 +159,11 @@ class Node:
         self._lifeline_wake.set()
 
     @property
+    def node_id(self) -> str | None:
+        """This node's id (its owner's name) once it runs."""
+        return self.owner.name if self.owner is not None else None
+
+    @property
     def stopping(self) -> bool:
         """True once a stop was requested (or the node must stop)."""
         return self._stopping.is_set()
@@ -226,6 +231,8 @@ class Node:
             if tasks:
                 self._add_in_flight(len(tasks))
                 claimed += len(tasks)
+                for task in tasks:
+                    signals.send(signals.task_claimed, Task, task=task, node=self.node_id)
                 self._submit(topic, tasks)
         return claimed
 
@@ -296,7 +303,14 @@ class Node:
         )
         if task_type.waiting_policy is WaitingPolicy.LOG_AND_IGNORE:
             logger.warning(
-                "Task %s skipped. %s", task, message, extra={"task_sequence": task.sequence}
+                "Task %s skipped. %s",
+                task,
+                message,
+                extra={
+                    "task_sequence": task.sequence,
+                    "topic": task.topic_id,
+                    "node": self.node_id,
+                },
             )
         return Decision(Result.FILTER, message=message)
 
@@ -315,7 +329,15 @@ class Node:
             self._completer.put(task_type, task, decision)
         elif task_type is not None and not task_type.may_complete(task):
             logger.warning(
-                "Not completing %s: this node no longer leads under term %s.", task, task.term
+                "Not completing %s: this node no longer leads under term %s.",
+                task,
+                task.term,
+                extra={
+                    "task_sequence": task.sequence,
+                    "topic": task.topic_id,
+                    "node": self.node_id,
+                    "term": task.term,
+                },
             )
             self._release([task], refund_attempt=False)
         elif retry_at is not None and task_type is not None:
@@ -342,7 +364,16 @@ class Node:
                     "task_sequence": task.sequence,
                     "topic": task.topic_id,
                     "attempt": task.attempts,
+                    "node": self.node_id,
                 },
+            )
+            signals.send(
+                signals.task_retried,
+                Task,
+                task=task,
+                decision=decision,
+                retry_at=at,
+                node=self.node_id,
             )
         finally:
             self.done(1)
@@ -558,6 +589,7 @@ class Node:
             "Node %s was declared dead (its owner row is gone): its tasks belong to other nodes now. "
             "Stopping without completing anything.",
             self.owner.name if self.owner else "?",
+            extra={"node": self.node_id},
         )
         self.exit_code = EXIT_LOST_OWNERSHIP
         self._force.set()
@@ -597,6 +629,7 @@ class Node:
             self.stats["processed"],
             self.stats["failed"],
             self.stats["retried"],
+            extra={"node": self.node_id, **self.stats},
         )
         connections.close_all()
 

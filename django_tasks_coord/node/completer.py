@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from django.db import connections
 
-from django_tasks_coord import db, queue, topics
+from django_tasks_coord import db, queue, signals, topics
 from django_tasks_coord.enums import Decision, ErrorPolicy, Result
 from django_tasks_coord.exceptions import TaskRedundantError, TasksCoordError
 from django_tasks_coord.handlers import TaskType
@@ -114,16 +114,26 @@ class Completer(threading.Thread):
         try:
             queue.complete(task, decision)
         except TaskRedundantError:
-            logger.info("Task %s was replaced while it ran; its result is discarded.", task)
+            logger.info(
+                "Task %s was replaced while it ran; its result is discarded.",
+                task,
+                extra=self._extra(task),
+            )
             self.node.done(1)
         except TasksCoordError as exc:
-            logger.warning("Task %s could not be completed: %s", task, exc)
+            logger.warning("Task %s could not be completed: %s", task, exc, extra=self._extra(task))
             self.node.done(1)
         except Exception:
-            logger.exception("Completing task %s failed; it will expire.", task)
+            logger.exception(
+                "Completing task %s failed; it will expire.", task, extra=self._extra(task)
+            )
             self.node.done(1)
         else:
             self._completed([item])
+
+    def _extra(self, task: Task) -> dict[str, object]:
+        """The structured fields of a log record about ``task``."""
+        return {"task_sequence": task.sequence, "topic": task.topic_id, "node": self.node.node_id}
 
     def _completed(self, items: list[Item]) -> None:
         by_topic: dict[str, list[Item]] = defaultdict(list)
@@ -143,9 +153,21 @@ class Completer(threading.Thread):
                     if task_type is not None:
                         task_type.on_outcome(task, decision)
             except Exception:
-                logger.exception("After completing tasks of %r: a follow-up failed.", topic)
+                logger.exception(
+                    "After completing tasks of %r: a follow-up failed.",
+                    topic,
+                    extra={"topic": topic, "node": self.node.node_id},
+                )
             finally:
                 self.node.done(len(topic_items))
+            for _, task, decision in topic_items:
+                signals.send(
+                    signals.task_completed,
+                    Task,
+                    task=task,
+                    decision=decision,
+                    node=self.node.node_id,
+                )
 
     def _apply_error_policy(
         self, task_type: TaskType | None, task: Task, decision: Decision
@@ -158,11 +180,7 @@ class Completer(threading.Thread):
                 task.attempts,
                 decision.message or "",
                 task.error or "",
-                extra={
-                    "task_sequence": task.sequence,
-                    "topic": task.topic_id,
-                    "attempt": task.attempts,
-                },
+                extra={**self._extra(task), "attempt": task.attempts},
             )
         if not policy.terminates:
             return
@@ -175,4 +193,5 @@ class Completer(threading.Thread):
                 task.topic_id,
                 policy.name,
                 task_type.name if task_type else "?",
+                extra={"topic": task.topic_id, "node": self.node.node_id},
             )

@@ -15,8 +15,9 @@ from datetime import timedelta
 
 from django.db import DatabaseError
 
-from django_tasks_coord import coordination
+from django_tasks_coord import coordination, signals
 from django_tasks_coord.exceptions import TokenBusyError
+from django_tasks_coord.models import TokenHolder
 
 logger = logging.getLogger(__name__)
 
@@ -115,3 +116,16 @@ class Leadership:
                 extra={"group": self.group, "node": self.node_id, "term": previous},
             )
         self.on_change(term)
+        if previous is not None:
+            signals.send(
+                signals.leader_demoted,
+                TokenHolder,
+                group=self.group,
+                node=self.node_id,
+                term=previous,
+                reason=reason,
+            )
+        if term is not None:
+            signals.send(
+                signals.leader_elected, TokenHolder, group=self.group, node=self.node_id, term=term
+            )

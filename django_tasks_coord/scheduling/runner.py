@@ -19,7 +19,7 @@ from django.db.models import F
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from django_tasks_coord import coordination, db
+from django_tasks_coord import coordination, db, signals
 from django_tasks_coord.enums import Decision, ErrorPolicy, Result, TaskState
 from django_tasks_coord.exceptions import FencedError, InvalidArgumentError
 from django_tasks_coord.handlers import TaskType, registry
@@ -196,6 +196,7 @@ class JobTaskType(TaskType):
         jobs = PeriodicTask.objects.using(db.alias()).filter(pk=task.identifier)
         job = jobs.first()
         if job is None:
+            _send_finished(task, decision)
             return
         now = timezone.now()
         failed = decision.result is Result.FAILURE
@@ -226,12 +227,24 @@ class JobTaskType(TaskType):
             if nextrun is None:
                 changes.update(enabled=False, finished_at=now)
         jobs.update(**changes)
+        _send_finished(task, decision)
         nextrun = changes.get("nextrun", job.nextrun)
         if "nextrun" in changes or (nextrun is not None and nextrun <= now):
             # The schedulers must look again: the next run moved (fixed delay), or a due
             # slot was held back while this run was in flight (WAIT). Otherwise they
             # already sleep until the right time, and waking every node is wasted work.
             db.notify(db.connection(), SCHEDULE_CHANGED)
+
+
+def _send_finished(task: Task, decision: Decision) -> None:
+    signals.send(
+        signals.job_finished,
+        PeriodicTask,
+        job_id=task.identifier,
+        slot=task.slot,
+        task=task,
+        decision=decision,
+    )
 
 
 #: The consumer of :data:`JOBS_TOPIC`. Errors are handled per job (``on_outcome``), so the

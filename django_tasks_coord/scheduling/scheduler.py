@@ -29,7 +29,7 @@ from django.db.models import (
 from django.db.models.functions import Concat
 from django.utils import timezone
 
-from django_tasks_coord import db
+from django_tasks_coord import db, signals
 from django_tasks_coord.enums import COMPLETED_MIN, TaskState, WaitingPolicy
 from django_tasks_coord.models import CatchUp, JobKind, PeriodicTask, Task, Topic
 from django_tasks_coord.scheduling.planner import JobTiming, plan
@@ -138,7 +138,15 @@ def submit_due(node: str = "", now: datetime | None = None, limit: int = 500) ->
             "Job %s: submitted the run for slot %s.",
             task.identifier,
             task.slot,
-            extra={"job_id": task.identifier},
+            extra={"job_id": task.identifier, "slot": task.slot, "node": node or None},
+        )
+        signals.send(
+            signals.job_submitted,
+            PeriodicTask,
+            job_id=task.identifier,
+            slot=task.slot,
+            task=task,
+            node=node or None,
         )
     return created
 
