@@ -1,0 +1,65 @@
+"""``manage.py tasks_coord_health``: exit 0 when a node is alive (see :mod:`django_tasks_coord.health`)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from django_tasks_coord import health
+
+
+def _positive_seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"{value!r} must be more than 0")
+    return seconds
+
+
+def _pid(value: str) -> int:
+    try:
+        pid = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a process id") from None
+    if pid < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} must be at least 1")
+    return pid
+
+
+class Command(BaseCommand):
+    help = (
+        "Health check for container probes: exit 0 when the database answers and the node's "
+        "heartbeat is fresh; otherwise print one line and exit 3 (database unavailable), "
+        "4 (node not registered), 5 (heartbeat too old) or 6 (several nodes: name one)."
+    )
+    # A probe must be quick and must not fail on a system check's findings.
+    requires_system_checks: list[str] = []
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--node-id",
+            help="The node to check (default: TASKS_COORD['NODE_ID'], else the node "
+            "running on this host).",
+        )
+        parser.add_argument(
+            "--pid",
+            type=_pid,
+            help="Without a node id: the process id of the node on this host.",
+        )
+        parser.add_argument(
+            "--max-age",
+            type=_positive_seconds,
+            metavar="SECONDS",
+            help="The oldest acceptable heartbeat (default: TASKS_COORD['LIVENESS_INTERVAL']).",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        report = health.check(options["node_id"], pid=options["pid"], max_age=options["max_age"])
+        if not report.healthy:
+            raise CommandError(f"unhealthy: {report.reason}", returncode=int(report.status))
+        if options["verbosity"] > 0:
+            self.stdout.write(f"healthy: {report.reason}")
