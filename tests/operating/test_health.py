@@ -134,6 +134,13 @@ def test_bad_flags_are_refused():
         health.check("n1", max_age=-1)
 
 
+def test_bad_settings_exit_1():
+    with override_settings(TASKS_COORD={"LIVENES_INTERVAL": 3}):
+        code, line = probe("--node-id", "n1")
+    assert code == 1
+    assert "Unknown TASKS_COORD key(s): LIVENES_INTERVAL" in line
+
+
 def test_the_service_reports_without_raising():
     owners.register_owner("n1")
     report = health.check("n1", max_age=timedelta(minutes=1))

@@ -8,6 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_tasks_coord import health
+from django_tasks_coord.exceptions import ConfigurationError
 
 
 def _positive_seconds(value: str) -> float:
@@ -58,7 +59,12 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        report = health.check(options["node_id"], pid=options["pid"], max_age=options["max_age"])
+        try:
+            report = health.check(
+                options["node_id"], pid=options["pid"], max_age=options["max_age"]
+            )
+        except ConfigurationError as exc:
+            raise CommandError(str(exc)) from exc
         if not report.healthy:
             raise CommandError(f"unhealthy: {report.reason}", returncode=int(report.status))
         if options["verbosity"] > 0:
