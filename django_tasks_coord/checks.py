@@ -1,46 +1,298 @@
-"""System checks. Ids are stable (``tasks_coord.E001``...) and listed in docs/reference/checks.md."""
+"""System checks. Ids are stable (``tasks_coord.E001``...) and listed in docs/reference/checks.md.
+
+Checks without a database run with every management command. Checks that need one
+(tagged ``database``) run with ``manage.py check --database default`` and before
+``migrate``, like Django's own; they only look at ``TASKS_COORD["DATABASE"]``.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from importlib import import_module
 from typing import Any
 
-from django.core.checks import CheckMessage, Error, register
+from django.apps import AppConfig, apps
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.db import connections
+from django.utils.module_loading import import_string, module_has_submodule
 
-from django_tasks_coord.exceptions import ConfigurationError
+from django_tasks_coord.exceptions import (
+    ConfigurationError,
+    DefinitionError,
+    TasksCoordError,
+    TimerError,
+)
+
+#: The modules of installed apps where jobs (``jobs``) and task definitions (``tasks``,
+#: ``jobs``) are declared; ``runscheduler`` and the HTTP API import them at start-up.
+DECLARING_MODULES = ("jobs", "tasks")
+
+SETTINGS_HINT = "See docs/reference/settings.md for the accepted keys and values."
 
 
 @register()
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """``tasks_coord.E001``: the ``TASKS_COORD`` setting is malformed."""
+    """``tasks_coord.E001``: ``TASKS_COORD`` is not a dict or has an unknown key;
+    ``tasks_coord.E003``: a value has the wrong type or is out of range."""
     from django_tasks_coord.conf import _merged
 
     try:
-        _merged()
+        values = _merged()
     except ConfigurationError as exc:
-        return [
-            Error(
-                str(exc),
-                hint="See docs/reference/settings.md for the accepted keys.",
-                id="tasks_coord.E001",
+        return [Error(str(exc), hint=SETTINGS_HINT, id="tasks_coord.E001")]
+    return [
+        Error(f"TASKS_COORD: {problem}", hint=SETTINGS_HINT, id="tasks_coord.E003")
+        for problem in _setting_problems(values)
+    ]
+
+
+def _setting_problems(values: dict[str, Any]) -> list[str]:
+    """Every invalid value of the merged settings, one message each."""
+    from django_tasks_coord.node.config import NodeConfig
+
+    problems = []
+    if values["DATABASE"] not in settings.DATABASES:
+        problems.append(
+            f"DATABASE {values['DATABASE']!r} is not an alias in DATABASES "
+            f"({', '.join(sorted(settings.DATABASES)) or 'none'})."
+        )
+    for key in ("NODE_ID", "GROUP"):
+        value = values[key]
+        limit = 200 if key == "NODE_ID" else 100
+        if value is not None and not (isinstance(value, str) and 0 < len(value) <= limit):
+            problems.append(
+                f"{key} must be None or a str of 1 to {limit} characters, not {value!r}."
             )
-        ]
-    return []
+    topics = values["TOPICS"]
+    if topics is not None and not (
+        isinstance(topics, list | tuple) and all(isinstance(t, str) and t for t in topics)
+    ):
+        problems.append(f"TOPICS must be None or a list of topic names, not {topics!r}.")
+    for key in ("LISTEN_NOTIFY", "SCHEDULER"):
+        if not isinstance(values[key], bool):
+            problems.append(f"{key} must be True or False, not {values[key]!r}.")
+    for key in ("LONG_POLL_MAX_TIMEOUT", "LONG_POLL_INTERVAL"):
+        value = values[key]
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            problems.append(f"{key} must be a positive number of seconds, not {value!r}.")
+    node_values = {
+        key.lower(): values[key]
+        for key in (
+            "WORKERS",
+            "BUFFER",
+            "BATCH_SIZE",
+            "POLL_INTERVAL",
+            "SHUTDOWN_MAX_WAIT",
+            "STATUS_INTERVAL",
+            "REAP_INTERVAL",
+            "HEARTBEAT_FREQUENCY",
+            "LIVENESS_INTERVAL",
+        )
+    }
+    try:
+        NodeConfig(node_id=None, topics=None, listen_notify=True, **node_values).validate()
+    except ConfigurationError as exc:
+        problems.append(str(exc))
+    except TypeError as exc:  # e.g. a str compared with a number
+        problems.append(f"a node setting has the wrong type: {exc}.")
+    return problems
 
 
 @register()
-def check_declared_jobs(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """``tasks_coord.E002``: a job declared with ``@scheduling.job`` cannot be imported by its path.
-
-    (A declared timer that does not parse fails at import, with the parser's message.)
-    """
+def check_declarations(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """``tasks_coord.E004`` a declared job's timer does not parse; ``E005`` a task
+    definition is invalid (a JSON Schema, a setting); ``E006`` an app's ``jobs`` or
+    ``tasks`` module fails to import otherwise; ``E002`` a job declared with
+    ``@scheduling.job`` cannot be imported by its dotted path."""
     from django_tasks_coord.scheduling import declared
 
-    declared.autodiscover()
-    return [
+    messages = _import_declaring_modules(app_configs)
+    messages.extend(
         Error(
             f"Declared job {name!r}: {problem}.",
             hint="Declare jobs on module-level functions of an importable module (an app's jobs.py).",
             id="tasks_coord.E002",
         )
         for name, problem in declared.problems()
+    )
+    return messages
+
+
+def _import_declaring_modules(app_configs: Iterable[AppConfig] | None) -> list[CheckMessage]:
+    """Import each app's ``jobs`` and ``tasks`` module, reporting each one that fails.
+
+    Unlike ``autodiscover_modules``, one failing module does not hide the others'
+    problems. A module that fails stays out of ``sys.modules``, so ``runscheduler``
+    still fails on it at start-up.
+    """
+    messages: list[CheckMessage] = []
+    for app_config in app_configs if app_configs is not None else apps.get_app_configs():
+        for name in DECLARING_MODULES:
+            if not module_has_submodule(app_config.module, name):
+                continue
+            module = f"{app_config.name}.{name}"
+            try:
+                import_module(module)
+            except TimerError as exc:
+                messages.append(
+                    Error(
+                        f"{module}: a declared job's timer does not parse: {exc}",
+                        hint="Fix the timer; docs/timers.md lists the accepted forms "
+                        "(systemd calendar events, cron, intervals, ISO dates).",
+                        obj=module,
+                        id="tasks_coord.E004",
+                    )
+                )
+            except DefinitionError as exc:
+                messages.append(
+                    Error(
+                        f"{module}: {exc}",
+                        hint="Fix the definition's settings or JSON Schema (Draft 2020-12 "
+                        "unless the schema names its own $schema).",
+                        obj=module,
+                        id="tasks_coord.E005",
+                    )
+                )
+            except Exception as exc:  # noqa: BLE001 - any import failure is reported, not raised
+                messages.append(
+                    Error(
+                        f"{module} cannot be imported: {type(exc).__name__}: {exc}",
+                        hint="runscheduler imports this module at start-up and would fail "
+                        "the same way; run `python -c 'import "
+                        f"{module}'` to see the traceback.",
+                        obj=module,
+                        id="tasks_coord.E006",
+                    )
+                )
+    return messages
+
+
+@register()
+def check_sqlite_group(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """``tasks_coord.W001``: a coordination group (several nodes) is configured on SQLite."""
+    from django_tasks_coord.conf import app_settings
+
+    try:
+        group, alias = app_settings.GROUP, app_settings.DATABASE
+    except ConfigurationError:
+        return []  # reported as E001
+    if not group or alias not in connections or connections[alias].vendor != "sqlite":
+        return []
+    return [
+        Warning(
+            f"TASKS_COORD['GROUP'] is {group!r} on SQLite: a coordination group is for several "
+            "nodes, and SQLite serves one node (it has no row locks; claims are serialized).",
+            hint="Run several nodes on PostgreSQL or MariaDB/MySQL; on SQLite, run one node "
+            "without a group.",
+            id="tasks_coord.W001",
+        )
     ]
+
+
+def _database_connection(databases: Sequence[str] | None) -> Any:
+    """The app's connection when the checks were asked to look at its database, else None."""
+    from django_tasks_coord.conf import app_settings
+
+    try:
+        alias = app_settings.DATABASE
+    except ConfigurationError:
+        return None
+    if not databases or alias not in databases or alias not in connections:
+        return None
+    return connections[alias]
+
+
+@register(Tags.database)
+def check_database(
+    app_configs: Any = None, databases: Sequence[str] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """``tasks_coord.E010``: the database has no ``SKIP LOCKED``; ``tasks_coord.W002``:
+    nodes of several hosts registered on SQLite."""
+    conn = _database_connection(databases)
+    if conn is None:
+        return []
+    if conn.vendor == "sqlite":
+        return _sqlite_hosts(conn.alias)
+    if not conn.features.has_select_for_update_skip_locked:
+        return [
+            Error(
+                f"The database {conn.alias!r} ({conn.display_name}) does not support "
+                "SELECT ... FOR UPDATE SKIP LOCKED: concurrent claims would wait on each other's "
+                "row locks instead of skipping them.",
+                hint="Use PostgreSQL 12+, MySQL 8.0.1+ or MariaDB 10.6+.",
+                id="tasks_coord.E010",
+            )
+        ]
+    return []
+
+
+def _sqlite_hosts(alias: str) -> list[CheckMessage]:
+    from django.db import DatabaseError
+
+    from django_tasks_coord.models import Owner
+
+    try:
+        hosts = sorted(set(Owner.objects.using(alias).values_list("host", flat=True)))
+    except DatabaseError:  # not migrated yet: nothing registered
+        return []
+    if len(hosts) <= 1:
+        return []
+    return [
+        Warning(
+            f"Nodes of {len(hosts)} hosts ({', '.join(hosts)}) are registered on the SQLite "
+            f"database {alias!r}: SQLite serves one node, and its locking is not reliable "
+            "on a network file system.",
+            hint="Run several nodes on PostgreSQL or MariaDB/MySQL.",
+            id="tasks_coord.W002",
+        )
+    ]
+
+
+@register(Tags.database)
+def check_stored_jobs(
+    app_configs: Any = None, databases: Sequence[str] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """``tasks_coord.W003``: an enabled job scheduled at run time has a callable that cannot
+    be imported, or a timer that does not parse."""
+    from django.db import DatabaseError
+
+    from django_tasks_coord.models import PeriodicTask
+    from django_tasks_coord.timers import parse
+
+    conn = _database_connection(databases)
+    if conn is None:
+        return []
+    try:
+        jobs = list(
+            PeriodicTask.objects.using(conn.alias)
+            .filter(enabled=True, declared=False)
+            .values_list("id", "task", "timer", "tz")
+        )
+    except DatabaseError:  # not migrated yet
+        return []
+    messages: list[CheckMessage] = []
+    for job_id, path, timer, tz in jobs:
+        problems = []
+        try:
+            if not callable(import_string(path)):
+                problems.append(f"{path} is not callable")
+        except ImportError as exc:
+            problems.append(f"its callable {path} cannot be imported: {exc}")
+        try:
+            parse(timer, tz=tz or None)
+        except TasksCoordError as exc:
+            problems.append(f"its timer {timer!r} does not parse: {exc}")
+        messages.extend(
+            Warning(
+                f"Job {job_id!r}: {problem}.",
+                hint="Unschedule the job (scheduling.unschedule) or deploy the code it names; "
+                "its runs fail (a bad timer: the scheduler disables it).",
+                obj=job_id,
+                id="tasks_coord.W003",
+            )
+            for problem in problems
+        )
+    return messages

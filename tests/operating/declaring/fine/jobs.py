@@ -1,0 +1,1 @@
+"""A jobs module that imports fine and declares nothing."""
