@@ -139,3 +139,19 @@ def test_leader_signals(received):
 def test_signals_are_plain_django_signals():
     assert all(isinstance(signal, Signal) for signal in ALL.values())
     assert set(signals.__all__) == {*ALL, "send"}
+
+
+def test_log_records_carry_structured_fields(make_node, work_topic, caplog):
+    flaky = queue.push("work", "flaky", {"fail_times": 1})
+    with caplog.at_level(logging.INFO, logger="django_tasks_coord"):
+        assert run(make_node(node_id="logging-node")) == 0
+    (retry,) = [r for r in caplog.records if "retrying in" in r.getMessage()]
+    assert (retry.node, retry.topic, retry.task_sequence, retry.attempt) == (
+        "logging-node",
+        "work",
+        flaky.sequence,
+        1,
+    )
+    stopped = [r for r in caplog.records if r.getMessage().startswith("Node logging-node stopped")]
+    assert stopped[0].node == "logging-node"
+    assert stopped[0].retried == 1
