@@ -36,16 +36,16 @@ __all__ = ["Report", "Status", "check", "process_exists"]
 class Status(enum.IntEnum):
     """The outcome of a health check; its value is the command's exit status."""
 
-    #: The database answers and the node's heartbeat is fresh.
     HEALTHY = 0
-    #: The database cannot be reached or queried (also: the app's tables are missing).
+    """The database answers and the node's heartbeat is fresh."""
     DATABASE_UNAVAILABLE = 3
-    #: No such node is registered (not started yet, stopped, or declared dead and removed).
+    """The database cannot be reached or queried (also: the app's tables are missing)."""
     NOT_REGISTERED = 4
-    #: The node is registered but its heartbeat is older than the maximum age.
+    """No such node is registered (not started yet, stopped, or declared dead and removed)."""
     STALE_HEARTBEAT = 5
-    #: Several live nodes run on this host: name one with ``node_id``.
+    """The node is registered but its heartbeat is older than the maximum age."""
     AMBIGUOUS = 6
+    """Several live nodes run on this host: name one with ``node_id``."""
 
 
 @dataclass(frozen=True)
@@ -55,8 +55,8 @@ class Report:
     status: Status
     reason: str
     node_id: str | None = None
-    #: Seconds since the node's last heartbeat (database clock), when it was found.
     age: float | None = None
+    """Seconds since the node's last heartbeat (database clock), when it was found."""
 
     @property
     def healthy(self) -> bool:

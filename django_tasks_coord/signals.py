@@ -45,20 +45,20 @@ from django.dispatch import Signal
 
 logger = logging.getLogger(__name__)
 
-#: A node claimed ``task`` (it is ACTIVE, owned by ``node``).
 task_claimed = Signal()
-#: An attempt of ``task`` failed with ``decision`` and runs again at ``retry_at``.
+"""A node claimed ``task`` (it is ACTIVE, owned by ``node``)."""
 task_retried = Signal()
-#: ``task`` is completed for good with ``decision`` (any result, failures included).
+"""An attempt of ``task`` failed with ``decision`` and runs again at ``retry_at``."""
 task_completed = Signal()
-#: The scheduler of ``node`` submitted the run ``task`` of job ``job_id`` for ``slot``.
+"""``task`` is completed for good with ``decision`` (any result, failures included)."""
 job_submitted = Signal()
-#: The run ``task`` of job ``job_id`` (for ``slot``) finished with ``decision``.
+"""The scheduler of ``node`` submitted the run ``task`` of job ``job_id`` for ``slot``."""
 job_finished = Signal()
-#: ``node`` now leads ``group`` under ``term``.
+"""The run ``task`` of job ``job_id`` (for ``slot``) finished with ``decision``."""
 leader_elected = Signal()
-#: ``node`` no longer leads ``group`` (it led under ``term``), for ``reason``.
+"""``node`` now leads ``group`` under ``term``."""
 leader_demoted = Signal()
+"""``node`` no longer leads ``group`` (it led under ``term``), for ``reason``."""
 
 __all__ = [
     "job_finished",
