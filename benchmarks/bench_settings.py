@@ -14,33 +14,18 @@ from __future__ import annotations
 import json
 import os
 
+from benchmarks import common
+from benchmarks.common import DEBUG, DEFAULT_AUTO_FIELD, LOGGING, SECRET_KEY, TIME_ZONE, USE_TZ  # noqa: F401
+
 SYSTEM = os.environ.get("BENCH_SYSTEM", "coord")
 
 DATABASES = {"default": json.loads(os.environ["BENCH_DATABASE"])}
-SECRET_KEY = "benchmarks-only-not-secret"
-DEBUG = False
-USE_TZ = True
-TIME_ZONE = "UTC"
-DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 if SYSTEM == "coord":
-    INSTALLED_APPS = [
-        "django.contrib.contenttypes",
-        "django.contrib.auth",
-        "django_tasks_coord",
-        "benchmarks.benchapp",
-    ]
+    INSTALLED_APPS = [*common.BASE_APPS, "benchmarks.benchapp"]
     TASKS_COORD = json.loads(os.environ.get("BENCH_TASKS_COORD", "{}"))
 elif SYSTEM == "tasks_db":
     INSTALLED_APPS = ["django_tasks_db"]
     TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 else:
     raise ValueError(f"Unknown BENCH_SYSTEM {SYSTEM!r}: use 'coord' or 'tasks_db'.")
-
-# Quiet subprocesses: the benchmark reads the database, not the logs.
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"stderr": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["stderr"], "level": "WARNING"},
-}

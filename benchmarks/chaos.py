@@ -46,15 +46,17 @@ log is kept in a temporary directory named in the results. A run takes 3-6 minut
 """
 
 # Run as a script, this folder is sys.path[0], and its queue.py would shadow the standard
-# library's queue (imported by subprocess, logging, psycopg...): keep it off the path first.
-# ruff: noqa: E402
+# library's queue: benchmarks.common, imported first, keeps it off the path.
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks import common
+from benchmarks.common import RESULTS, ROOT, create_database, git, load_average, subprocess_env
+
+# isort: split
 
 import argparse
 import bisect
@@ -75,10 +77,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-ROOT = _HERE.parent
-sys.path.insert(0, str(ROOT))
-RESULTS = _HERE / "results"
-
 GROUP = "chaos"
 JOB_ID = "chaos-leader"
 JOB = "benchmarks.chaosapp.work.leader_run"
@@ -88,24 +86,9 @@ KINDS = (KILL, STOP, TERM)
 #: The line every node logs when it becomes the leader (node id, term).
 LEADS = re.compile(rf"Node (\S+) leads group '{GROUP}' \(term (\d+)\)")
 
-SERVERS: dict[str, dict[str, Any]] = {
-    "postgres": {
-        "ENGINE": "django.db.backends.postgresql",
-        "HOST": "127.0.0.1",
-        "PORT": 5432,
-        "USER": "root",
-        "PASSWORD": "",
-    },
-    "mysql": {
-        "ENGINE": "django.db.backends.mysql",
-        "HOST": "127.0.0.1",
-        "PORT": 3306,
-        "USER": "root",
-        "PASSWORD": "",
-        "OPTIONS": {"charset": "utf8mb4", "isolation_level": "read committed"},
-    },
-}
-LABELS = {"postgres": "PostgreSQL", "mysql": "MariaDB"}
+#: The servers a chaos run can use (several processes share the database: no SQLite).
+SERVERS = {vendor: common.SERVERS[vendor] for vendor in ("postgres", "mysql")}
+LABELS = {vendor: common.LABELS[vendor] for vendor in SERVERS}
 
 
 # --- set-up ---------------------------------------------------------------------------------
@@ -125,41 +108,13 @@ def node_settings(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def create_database(config: dict[str, Any]) -> None:
-    """Create the chaos database on its server if it does not exist yet."""
-    name = config["NAME"]
-    if config["ENGINE"].endswith("postgresql"):
-        import psycopg
-
-        with psycopg.connect(
-            host=config["HOST"],
-            port=config["PORT"],
-            user=config["USER"],
-            dbname="postgres",
-            autocommit=True,
-        ) as conn:
-            if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
-                conn.execute(f'CREATE DATABASE "{name}"')
-    else:
-        import MySQLdb
-
-        conn = MySQLdb.connect(
-            host=config["HOST"], port=config["PORT"], user=config["USER"], passwd=config["PASSWORD"]
-        )
-        conn.cursor().execute(f"CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4")
-        conn.close()
-
-
 def environment(config: dict[str, Any], settings: dict[str, Any]) -> dict[str, str]:
     """The environment of this process's Django and of every node it starts."""
-    env = dict(os.environ)
-    env.update(
-        DJANGO_SETTINGS_MODULE="benchmarks.chaos_settings",
+    return subprocess_env(
+        "benchmarks.chaos_settings",
         CHAOS_DATABASE=json.dumps(config),
         CHAOS_TASKS_COORD=json.dumps(settings),
-        PYTHONPATH=str(ROOT),
     )
-    return env
 
 
 def setup_django(env: dict[str, str]) -> None:
@@ -921,13 +876,6 @@ def stalled(lower_bounds: list[float], kind: str) -> str:
 
 def revision() -> str:
     """The commit the package ran at, ``+modified`` if its files differ from it (read-only git)."""
-
-    def git(*args: str) -> str:
-        out = subprocess.run(
-            ["git", "--no-optional-locks", *args], cwd=ROOT, capture_output=True, text=True
-        )
-        return out.stdout.strip()
-
     changed = git("status", "--porcelain", "--", "django_tasks_coord")
     return (git("rev-parse", "--short", "HEAD") or "unknown") + (" +modified" if changed else "")
 
@@ -974,13 +922,13 @@ def main() -> None:
     if busy:
         print("WARNING: other benchmark processes are running:\n  " + "\n  ".join(busy))
 
-    config = {**SERVERS[args.database], "NAME": args.name}
+    config = common.database(args.database, args.name)
     create_database(config)
     settings = node_settings(args)
     env = environment(config, settings)
     setup_django(env)
     logs = Path(tempfile.mkdtemp(prefix=f"chaos-{args.database}-"))
-    load_start = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    load_start = load_average()
     began, rev = time.monotonic(), revision()
     print(f"chaos run on {args.database}: {args.events} events, seed {args.seed}, logs in {logs}")
     cluster = Cluster(env, logs)
@@ -1008,7 +956,7 @@ def main() -> None:
         "stop_in_lock": args.stop_in_lock,
         "settings": settings,
         "load_start": load_start,
-        "load_end": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+        "load_end": load_average(),
         "other_benchmarks_at_start": busy,
         "other_benchmarks_at_end": others_running(),
         "chaos_min": round(facts["chaos_s"] / 60, 1),

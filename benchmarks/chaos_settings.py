@@ -13,27 +13,14 @@ from __future__ import annotations
 import json
 import os
 
+from benchmarks import common
+
+# LOGGING: runscheduler logs the package to stdout itself (the chaos script keeps one file
+# per node); everything else: warnings to stderr.
+from benchmarks.common import DEBUG, DEFAULT_AUTO_FIELD, LOGGING, SECRET_KEY, TIME_ZONE, USE_TZ  # noqa: F401
+
 DATABASES = {"default": json.loads(os.environ["CHAOS_DATABASE"])}
 if os.environ.get("CHAOS_NODE") and DATABASES["default"]["ENGINE"].endswith("postgresql"):
     DATABASES["default"].setdefault("OPTIONS", {})["application_name"] = os.environ["CHAOS_NODE"]
-SECRET_KEY = "benchmarks-only-not-secret"
-DEBUG = False
-USE_TZ = True
-TIME_ZONE = "UTC"
-DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-INSTALLED_APPS = [
-    "django.contrib.contenttypes",
-    "django.contrib.auth",
-    "django_tasks_coord",
-    "benchmarks.chaosapp",
-]
+INSTALLED_APPS = [*common.BASE_APPS, "benchmarks.chaosapp"]
 TASKS_COORD = json.loads(os.environ.get("CHAOS_TASKS_COORD", "{}"))
-
-# runscheduler logs the package to stdout itself (the chaos script keeps one file per
-# node); everything else: warnings to stderr.
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"stderr": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["stderr"], "level": "WARNING"},
-}

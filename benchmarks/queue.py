@@ -18,9 +18,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-# This file is named like the standard library's ``queue``: keep its folder off the path.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+# This file is named like the standard library's ``queue``: benchmarks.common, imported
+# first, keeps its folder off the path.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.common import RESULTS, configure_django, create_database
+
+# isort: split
 
 import argparse
 import json
@@ -34,10 +37,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-RESULTS = ROOT / "benchmarks" / "results"
-
 URLS = {
     "sqlite": f"sqlite:///{Path(tempfile.gettempdir()) / 'bench_tasks_coord.sqlite3'}",
     "postgres": os.environ.get("POSTGRES_URL", "postgres://root@127.0.0.1:5432/bench_tasks_coord"),
@@ -46,9 +45,7 @@ URLS = {
 
 
 def configure(aliases: list[str]) -> None:
-    import django
     import environ
-    from django.conf import settings
 
     databases = {alias: environ.Env.db_url_config(URLS[alias]) for alias in aliases}
     for alias, config in databases.items():
@@ -57,44 +54,14 @@ def configure(aliases: list[str]) -> None:
         if alias == "sqlite":
             config["OPTIONS"] = {"timeout": 30}
     databases["default"] = databases[aliases[0]]
-    settings.configure(
-        DATABASES=databases,
-        INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "django_tasks_coord"],
-        USE_TZ=True,
-        DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
-    )
-    django.setup()
+    configure_django(databases)
 
 
-def create_database(alias: str) -> None:
-    """Create the benchmark database on a server if it does not exist yet."""
+def create_alias_database(alias: str) -> None:
+    """Create the benchmark database of ``alias`` on its server if it does not exist yet."""
     from django.db import connections
 
-    config = connections.databases[alias]
-    name = config["NAME"]
-    if alias == "postgres":
-        import psycopg
-
-        with psycopg.connect(
-            host=config["HOST"],
-            port=config["PORT"] or 5432,
-            user=config["USER"],
-            dbname="postgres",
-            autocommit=True,
-        ) as conn:
-            if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
-                conn.execute(f'CREATE DATABASE "{name}"')
-    elif alias == "mysql":
-        import MySQLdb
-
-        conn = MySQLdb.connect(
-            host=config["HOST"],
-            port=int(config["PORT"] or 3306),
-            user=config["USER"],
-            passwd=config["PASSWORD"],
-        )
-        conn.cursor().execute(f"CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4")
-        conn.close()
+    create_database(connections.databases[alias])
 
 
 def reset_table(alias: str) -> None:
@@ -212,7 +179,7 @@ def run_database(alias: str, tasks: int, repeat: int) -> dict[str, Any]:
 
     from django_tasks_coord import queue
 
-    create_database(alias)
+    create_alias_database(alias)
     call_command("migrate", database=alias, verbosity=0)
     samples: dict[str, list[float]] = {}
 
@@ -252,7 +219,7 @@ def reachable(alias: str) -> bool:
     if alias == "sqlite":
         return True
     try:
-        create_database(alias)
+        create_alias_database(alias)
         connections[alias].ensure_connection()
     except Exception as exc:  # noqa: BLE001 - report and skip any unreachable server
         print(f"skipping {alias}: {exc}")

@@ -15,19 +15,9 @@ from __future__ import annotations
 import json
 import os
 
-DATABASES = {"default": json.loads(os.environ["BENCH_DATABASE"])}
-SECRET_KEY = "benchmarks-only-not-secret"
-DEBUG = False
-USE_TZ = True
-TIME_ZONE = "UTC"
-DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-INSTALLED_APPS = ["django.contrib.contenttypes", "django.contrib.auth", "django_tasks_coord"]
-TASKS_COORD = json.loads(os.environ.get("BENCH_TASKS_COORD", "{}"))
+from benchmarks import common
+from benchmarks.common import DEBUG, DEFAULT_AUTO_FIELD, LOGGING, SECRET_KEY, TIME_ZONE, USE_TZ  # noqa: F401
 
-# Quiet nodes: the benchmark reads the database, not the logs.
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"stderr": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["stderr"], "level": "WARNING"},
-}
+DATABASES = {"default": json.loads(os.environ["BENCH_DATABASE"])}
+INSTALLED_APPS = list(common.BASE_APPS)
+TASKS_COORD = json.loads(os.environ.get("BENCH_TASKS_COORD", "{}"))

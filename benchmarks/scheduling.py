@@ -34,15 +34,33 @@ submitted within 5 s.
 """
 
 # Run as a script, this folder is sys.path[0], and its queue.py would shadow the standard
-# library's queue (imported by subprocess, logging, psycopg...): keep it off the path first.
-# ruff: noqa: E402
+# library's queue: benchmarks.common, imported first, keeps it off the path.
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks import common
+from benchmarks.common import (
+    LABELS,
+    ROOT,
+    SERVERS,
+    as_datetime,
+    configure_django,
+    git_revision,
+    machine,
+    mysql_variables,
+    on,
+    percentile,
+    postgres_settings,
+    query,
+    subprocess_env,
+    terminate,
+    write_report,
+)
+
+# isort: split
 
 import argparse
 import cProfile
@@ -54,7 +72,6 @@ import os
 import platform
 import pstats
 import re
-import signal
 import sqlite3
 import statistics
 import subprocess
@@ -66,30 +83,7 @@ from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-ROOT = _HERE.parent
-sys.path.insert(0, str(ROOT))
-RESULTS = _HERE / "results"
-
 DB_NAME = "bench_scheduling"
-SERVERS: dict[str, dict[str, Any]] = {
-    "postgres": {
-        "ENGINE": "django.db.backends.postgresql",
-        "HOST": "127.0.0.1",
-        "PORT": 5432,
-        "USER": "root",
-        "PASSWORD": "",
-    },
-    "mysql": {
-        "ENGINE": "django.db.backends.mysql",
-        "HOST": "127.0.0.1",
-        "PORT": 3306,
-        "USER": "root",
-        "PASSWORD": "",
-        "OPTIONS": {"charset": "utf8mb4", "isolation_level": "read committed"},
-    },
-    "sqlite": {"ENGINE": "django.db.backends.sqlite3", "OPTIONS": {"timeout": 30}},
-}
-LABELS = {"postgres": "PostgreSQL", "mysql": "MariaDB", "sqlite": "SQLite"}
 
 STAMP = "benchmarks.benchapp_sched.jobs.stamp"
 NOOP = "benchmarks.benchapp_sched.jobs.noop"
@@ -142,83 +136,19 @@ SELECT_DUE = "SELECT periodic_task (due jobs)"
 
 def database(vendor: str) -> dict[str, Any]:
     """The ``DATABASES`` entry of the benchmark database on ``vendor`` (SQLite: a temp file)."""
-    config = json.loads(json.dumps(SERVERS[vendor]))
-    if vendor == "sqlite":
-        config["NAME"] = str(Path(tempfile.gettempdir()) / f"{DB_NAME}.sqlite3")
-    else:
-        config["NAME"] = DB_NAME
-    return config
+    return common.database(vendor, DB_NAME)
 
 
 def configure(vendors: list[str]) -> None:
     """Set up Django in this process with one alias per database (named like the vendor)."""
-    import django
-    from django.conf import settings
-
     databases = {vendor: database(vendor) for vendor in vendors}
     databases["default"] = databases[vendors[0]]
-    settings.configure(
-        DATABASES=databases,
-        INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "django_tasks_coord"],
-        USE_TZ=True,
-        TIME_ZONE="UTC",
-        DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
-        LOGGING_CONFIG=None,
-    )
-    django.setup()
-
-
-def create_database(config: dict[str, Any]) -> None:
-    """Create the benchmark database on its server if it does not exist yet."""
-    name = config["NAME"]
-    if config["ENGINE"].endswith("postgresql"):
-        import psycopg
-
-        with psycopg.connect(
-            host=config["HOST"],
-            port=config["PORT"],
-            user=config["USER"],
-            dbname="postgres",
-            autocommit=True,
-        ) as conn:
-            if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
-                conn.execute(f'CREATE DATABASE "{name}"')
-    elif config["ENGINE"].endswith("mysql"):
-        import MySQLdb
-
-        conn = MySQLdb.connect(
-            host=config["HOST"], port=config["PORT"], user=config["USER"], passwd=config["PASSWORD"]
-        )
-        conn.cursor().execute(f"CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4")
-        conn.close()
+    configure_django(databases)
 
 
 def reachable(vendor: str) -> bool:
     """Whether ``vendor``'s server answers (creating the benchmark database on the way)."""
-    try:
-        create_database(database(vendor))
-    except Exception as exc:  # noqa: BLE001 - report and skip any unreachable server
-        print(f"skipping {vendor}: {exc}")
-        return False
-    return True
-
-
-def query(alias: str, sql: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
-    """Run raw SQL on ``alias`` (autocommit) and return its rows."""
-    from django.db import connections
-
-    with connections[alias].cursor() as cursor:
-        cursor.execute(sql, params or [])
-        return list(cursor.fetchall()) if cursor.description else []
-
-
-@contextmanager
-def on(vendor: str) -> Iterator[None]:
-    """Point this process's scheduling and queue API at ``vendor``'s benchmark database."""
-    from django.test.utils import override_settings
-
-    with override_settings(TASKS_COORD={"DATABASE": vendor}):
-        yield
+    return common.reachable(vendor, DB_NAME)
 
 
 def prepare(vendor: str) -> None:
@@ -247,16 +177,9 @@ def clear_schedules(vendor: str) -> None:
 
 def tidy(vendor: str) -> None:
     """Refresh planner statistics after refilling the tables; hold no connection afterwards."""
-    from django.db import connections
-
     from django_tasks_coord.models import PeriodicTask, Task
 
-    for table in (Task._meta.db_table, PeriodicTask._meta.db_table):
-        if vendor == "postgres":
-            query(vendor, f"VACUUM ANALYZE {table}")
-        elif vendor == "mysql":
-            query(vendor, f"ANALYZE TABLE {table}")
-    connections[vendor].close()  # SQLite: no lock held while a node runs
+    common.tidy(vendor, Task._meta.db_table, PeriodicTask._meta.db_table)
 
 
 # --- nodes ----------------------------------------------------------------------------------
@@ -271,14 +194,11 @@ def node_env(vendor: str, settings: dict[str, Any]) -> dict[str, str]:
     config = database(vendor)
     if "CONN_MAX_AGE" in settings:
         config["CONN_MAX_AGE"] = settings.pop("CONN_MAX_AGE")
-    env = dict(os.environ)
-    env.update(
-        DJANGO_SETTINGS_MODULE="benchmarks.sched_settings",
+    return subprocess_env(
+        "benchmarks.sched_settings",
         BENCH_DATABASE=json.dumps(config),
         BENCH_TASKS_COORD=json.dumps({**QUIET, **settings}),
-        PYTHONPATH=str(ROOT),
     )
-    return env
 
 
 @contextmanager
@@ -336,27 +256,12 @@ def nodes(
                 wait_for(lambda: query(vendor, listening, [DB_NAME])[0][0] >= count, "LISTEN", 30)
             yield wait_for
         finally:
-            for proc in procs:
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGTERM)
-            codes = []
-            for proc in procs:
-                try:
-                    codes.append(proc.wait(timeout=60))
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    codes.append(proc.wait())
+            codes = terminate(procs, 60)
         if any(codes):
             raise RuntimeError(f"{LABELS[vendor]} nodes exited with {codes}.\n{output()}")
 
 
 # --- statistics -----------------------------------------------------------------------------
-
-
-def percentile(values: list[float], pct: float) -> float:
-    """Nearest-rank percentile."""
-    ordered = sorted(values)
-    return ordered[max(math.ceil(pct / 100 * len(ordered)) - 1, 0)]
 
 
 def summary_ms(values: list[float]) -> dict[str, float]:
@@ -369,15 +274,6 @@ def summary_ms(values: list[float]) -> dict[str, float]:
         "min_ms": round(min(ms), 2),
         "max_ms": round(max(ms), 2),
     }
-
-
-def as_datetime(value: Any) -> datetime:
-    """A timestamp made aware (MySQL and SQLite give naive UTC)."""
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    if not isinstance(value, datetime):
-        raise TypeError(f"Expected a timestamp, got {value!r}.")
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 # --- start lag ------------------------------------------------------------------------------
@@ -769,33 +665,12 @@ def server_info(vendors: list[str]) -> dict[str, Any]:
     info: dict[str, Any] = {}
     if "postgres" in vendors:
         names = ["server_version", "fsync", "synchronous_commit", "shared_buffers"]
-        rows = query(
-            "postgres", "SELECT name, setting FROM pg_settings WHERE name = ANY(%s)", [names]
-        )
-        info["postgres"] = dict(rows)
+        info["postgres"] = postgres_settings("postgres", names)
     if "mysql" in vendors:
-        rows = query(
-            "mysql",
-            "SHOW VARIABLES WHERE Variable_name IN "
-            "('version', 'innodb_flush_log_at_trx_commit', 'innodb_buffer_pool_size')",
-        )
-        info["mysql"] = dict(rows)
+        info["mysql"] = mysql_variables("mysql")
     if "sqlite" in vendors:
         info["sqlite"] = {"version": sqlite3.sqlite_version}
     return info
-
-
-def machine() -> str:
-    """CPU model and count."""
-    model = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{model}, {os.cpu_count()} cores, {platform.system()} {platform.release()}"
 
 
 def other_benchmarks() -> list[str]:
@@ -819,24 +694,7 @@ def other_benchmarks() -> list[str]:
 
 def load_average() -> str:
     """The 1/5/15-minute load averages."""
-    return " / ".join(f"{v:.2f}" for v in os.getloadavg())
-
-
-def git_revision() -> str:
-    """The commit measured, and whether the package differs from it."""
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "django_tasks_coord"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    except OSError:
-        return "unknown"
-    return f"{head}{' + uncommitted changes in django_tasks_coord/' if dirty else ''}"
+    return common.load_average(" / ")
 
 
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -1013,14 +871,8 @@ def markdown(results: dict[str, Any], meta: dict[str, Any]) -> str:
 
 def write_results(results: dict[str, Any], meta: dict[str, Any]) -> None:
     """Write ``scheduling.json`` and ``scheduling.md`` and print the latter."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
     results["targets"] = targets(results)
-    (RESULTS / "scheduling.json").write_text(
-        json.dumps({"meta": meta, **results}, indent=2, default=str) + "\n"
-    )
-    md = markdown(results, meta)
-    (RESULTS / "scheduling.md").write_text(md)
-    print(md)
+    write_report("scheduling", {"meta": meta, **results}, lambda: markdown(results, meta))
 
 
 # --- main -----------------------------------------------------------------------------------

@@ -35,27 +35,49 @@ every system once, and ratios are taken within a round.
 """
 
 # Run as a script, this folder is sys.path[0], and its queue.py would shadow the standard
-# library's queue (imported by subprocess, logging, psycopg...): keep it off the path first.
-# ruff: noqa: E402
+# library's queue: benchmarks.common, imported first, keeps it off the path.
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.common import (
+    HERE,
+    LABELS,
+    RESULTS,  # noqa: F401 - read as throughput.RESULTS
+    ROOT,
+    SERVERS,
+    as_datetime,
+    configure_django,
+    create_database,
+    database,
+    git_revision,
+    load_average,
+    machine,
+    mysql_variables,
+    on,
+    percentile,
+    postgres_settings,
+    query,
+    subprocess_env,
+    terminate,
+    tidy,
+    write_report,
+)
+from benchmarks.common import reachable as server_reachable
+
+# isort: split
 
 import argparse
 import dataclasses
 import importlib.metadata
 import json
 import math
-import os
 import platform
 import random
 import re
 import shutil
-import signal
 import sqlite3
 import statistics
 import subprocess
@@ -66,10 +88,7 @@ from contextlib import contextmanager, suppress
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-ROOT = _HERE.parent
-sys.path.insert(0, str(ROOT))
-RESULTS = _HERE / "results"
-PEERS_VENV = _HERE / ".venv-peers"
+PEERS_VENV = HERE / ".venv-peers"
 
 #: The peers, pinned. Django, psycopg and mysqlclient are pinned to this environment's versions.
 PEER_PACKAGES = {"django-tasks-db": "0.13.0", "procrastinate": "3.10.0"}
@@ -93,26 +112,6 @@ PGBENCH_CLIENTS = 4
 #: into the queue it is. Off PostgreSQL, django-tasks-db runs in the first round only.
 PEER_TIME_BOX = 45.0
 
-#: Connection settings per database; ``NAME`` is added by :func:`database`.
-SERVERS: dict[str, dict[str, Any]] = {
-    "postgres": {
-        "ENGINE": "django.db.backends.postgresql",
-        "HOST": "127.0.0.1",
-        "PORT": 5432,
-        "USER": "root",
-        "PASSWORD": "",
-    },
-    "mysql": {
-        "ENGINE": "django.db.backends.mysql",
-        "HOST": "127.0.0.1",
-        "PORT": 3306,
-        "USER": "root",
-        "PASSWORD": "",
-        "OPTIONS": {"charset": "utf8mb4", "isolation_level": "read committed"},
-    },
-    "sqlite": {"ENGINE": "django.db.backends.sqlite3", "OPTIONS": {"timeout": 30}},
-}
-LABELS = {"postgres": "PostgreSQL", "mysql": "MariaDB", "sqlite": "SQLite"}
 OURS_DB = "bench_throughput"
 TASKS_DB_DB = "bench_peers_tasks_db"
 PROCRASTINATE_DB = "bench_peers_procrastinate"
@@ -129,16 +128,6 @@ TWO_STEP = "pgbench, 2 txns/task"
 # --- databases ------------------------------------------------------------------------------
 
 
-def database(vendor: str, name: str) -> dict[str, Any]:
-    """The ``DATABASES`` entry for database ``name`` on ``vendor``'s server (SQLite: a temp file)."""
-    config = json.loads(json.dumps(SERVERS[vendor]))
-    if vendor == "sqlite":
-        config["NAME"] = str(Path(tempfile.gettempdir()) / f"{name}.sqlite3")
-    else:
-        config["NAME"] = name
-    return config
-
-
 def alias_of(vendor: str, name: str) -> str:
     """The orchestrator's Django alias for a benchmark database."""
     return f"{name}_{vendor}"
@@ -146,88 +135,17 @@ def alias_of(vendor: str, name: str) -> str:
 
 def configure(vendors: list[str]) -> None:
     """Set up Django in this process with every database the run touches."""
-    import django
-    from django.conf import settings
-
     databases = {}
     for vendor in vendors:
         for name in (OURS_DB, TASKS_DB_DB) + ((PROCRASTINATE_DB,) if vendor == "postgres" else ()):
             databases[alias_of(vendor, name)] = database(vendor, name)
     databases["default"] = databases[alias_of(vendors[0], OURS_DB)]
-    settings.configure(
-        DATABASES=databases,
-        INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "django_tasks_coord"],
-        USE_TZ=True,
-        TIME_ZONE="UTC",
-        DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
-        LOGGING_CONFIG=None,
-    )
-    django.setup()
-
-
-def create_database(config: dict[str, Any]) -> None:
-    """Create a benchmark database on its server if it does not exist yet."""
-    name = config["NAME"]
-    if config["ENGINE"].endswith("postgresql"):
-        import psycopg
-
-        with psycopg.connect(
-            host=config["HOST"],
-            port=config["PORT"],
-            user=config["USER"],
-            dbname="postgres",
-            autocommit=True,
-        ) as conn:
-            if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
-                conn.execute(f'CREATE DATABASE "{name}"')
-    elif config["ENGINE"].endswith("mysql"):
-        import MySQLdb
-
-        conn = MySQLdb.connect(
-            host=config["HOST"], port=config["PORT"], user=config["USER"], passwd=config["PASSWORD"]
-        )
-        conn.cursor().execute(f"CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4")
-        conn.close()
+    configure_django(databases)
 
 
 def reachable(vendor: str) -> bool:
     """Whether ``vendor``'s server answers (creating the benchmark database on the way)."""
-    try:
-        create_database(database(vendor, OURS_DB))
-    except Exception as exc:  # noqa: BLE001 - report and skip any unreachable server
-        print(f"skipping {vendor}: {exc}")
-        return False
-    return True
-
-
-def query(alias: str, sql: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
-    """Run raw SQL on ``alias`` (autocommit) and return its rows."""
-    from django.db import connections
-
-    with connections[alias].cursor() as cursor:
-        cursor.execute(sql, params or [])
-        return list(cursor.fetchall()) if cursor.description else []
-
-
-def tidy(alias: str, table: str) -> None:
-    """Refresh planner statistics after refilling ``table`` (and drop dead rows on PostgreSQL)."""
-    from django.db import connections
-
-    vendor = connections[alias].vendor
-    if vendor == "postgresql":
-        query(alias, f"VACUUM ANALYZE {table}")
-    elif vendor == "mysql":
-        query(alias, f"ANALYZE TABLE {table}")
-    connections[alias].close()  # hold nothing (SQLite: no lock) while a subprocess runs
-
-
-def as_datetime(value: Any) -> datetime:
-    """A timestamp read with raw SQL, made aware: MySQL gives naive UTC, SQLite a string."""
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    if not isinstance(value, datetime):
-        raise TypeError(f"Expected a timestamp, got {value!r}.")
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
+    return server_reachable(vendor, OURS_DB)
 
 
 # --- processes ------------------------------------------------------------------------------
@@ -237,15 +155,12 @@ def django_env(
     config: dict[str, Any], *, system: str = "coord", tasks_coord: dict[str, Any] | None = None
 ) -> dict[str, str]:
     """Environment for a ``manage.py`` subprocess using ``benchmarks/bench_settings.py``."""
-    env = dict(os.environ)
-    env.update(
-        DJANGO_SETTINGS_MODULE="benchmarks.bench_settings",
+    return subprocess_env(
+        "benchmarks.bench_settings",
         BENCH_SYSTEM=system,
         BENCH_DATABASE=json.dumps(config),
         BENCH_TASKS_COORD=json.dumps(tasks_coord or {}),
-        PYTHONPATH=str(ROOT),
     )
-    return env
 
 
 def run(
@@ -264,12 +179,7 @@ def run(
             process.wait(timeout=time_box)
         except subprocess.TimeoutExpired:
             stopped = True
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            terminate([process], 30)
         elapsed = time.perf_counter() - start
         out.seek(0)
         output = out.read()
@@ -310,15 +220,6 @@ def drain_from(
 
 
 # --- our node -------------------------------------------------------------------------------
-
-
-@contextmanager
-def on(alias: str) -> Iterator[None]:
-    """Point the queue API of this process at ``alias``."""
-    from django.test.utils import override_settings
-
-    with override_settings(TASKS_COORD={"DATABASE": alias}):
-        yield
 
 
 def fill_ours(vendor: str, count: int) -> None:
@@ -450,9 +351,8 @@ class Peers:
     def procrastinate(self, count: int) -> Drain:
         """Defer ``count`` no-op jobs, then run one worker (concurrency 8) until none is left."""
         config = database("postgres", PROCRASTINATE_DB)
-        env = dict(os.environ)
-        env.update(
-            PYTHONPATH=str(ROOT),
+        env = subprocess_env(
+            None,
             BENCH_PROCRASTINATE_DSN=(
                 f"host={config['HOST']} port={config['PORT']} user={config['USER']} "
                 f"dbname={config['NAME']}"
@@ -500,7 +400,7 @@ def pgbench(script: str, count: int) -> tuple[Drain, float]:
     config = database("postgres", OURS_DB)
     per_client = math.ceil(count / PGBENCH_CLIENTS) + 50
     cmd = [PGBENCH, "-h", config["HOST"], "-p", config["PORT"], "-U", config["USER"], "-n"]
-    cmd += ["-f", _HERE / script, "-c", PGBENCH_CLIENTS, "-j", 2, "-t", per_client, config["NAME"]]
+    cmd += ["-f", HERE / script, "-c", PGBENCH_CLIENTS, "-j", 2, "-t", per_client, config["NAME"]]
     wall, output = run(cmd)
     match = re.search(r"tps = ([\d.]+)", output)
     rows = query(
@@ -517,8 +417,7 @@ def pgbench(script: str, count: int) -> tuple[Drain, float]:
 
 def p99(values: list[float]) -> float:
     """The 99th percentile, nearest rank: with fewer than 100 samples, the maximum."""
-    ordered = sorted(values)
-    return ordered[max(math.ceil(0.99 * len(ordered)) - 1, 0)]
+    return percentile(values, 99)
 
 
 def summary_ms(values: list[float]) -> dict[str, Any]:
@@ -566,12 +465,7 @@ def idle_node(vendor: str) -> Iterator[Callable[[Callable[[], bool], str], None]
                 wait_for(lambda: bool(query(alias, listening, [OURS_DB])), "LISTEN")
             yield wait_for
         finally:
-            node.send_signal(signal.SIGTERM)
-            try:
-                node.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                node.kill()
-                node.wait()
+            terminate([node], 30)
 
 
 def latency(vendor: str, samples: int, poll_interval: float) -> dict[str, Any]:
@@ -748,55 +642,16 @@ def server_info(vendors: list[str]) -> dict[str, Any]:
             "wal_sync_method",
             "shared_buffers",
         )
-        rows = query(
-            alias, "SELECT name, setting FROM pg_settings WHERE name = ANY(%s)", [list(names)]
-        )
-        info["postgres"] = dict(rows)
+        info["postgres"] = postgres_settings(alias, names)
         if Path(PGBENCH).exists():
             info["pgbench"] = subprocess.run(
                 [PGBENCH, "--version"], capture_output=True, text=True
             ).stdout.strip()
     if "mysql" in vendors:
-        alias = alias_of("mysql", OURS_DB)
-        rows = query(
-            alias,
-            "SHOW VARIABLES WHERE Variable_name IN "
-            "('version', 'innodb_flush_log_at_trx_commit', 'innodb_buffer_pool_size')",
-        )
-        info["mysql"] = {name: value for name, value in rows}
+        info["mysql"] = mysql_variables(alias_of("mysql", OURS_DB))
     if "sqlite" in vendors:
         info["sqlite"] = {"version": sqlite3.sqlite_version, "journal_mode": "delete (default)"}
     return info
-
-
-def machine() -> str:
-    """CPU model and count."""
-    model = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{model}, {os.cpu_count()} cores, {platform.system()} {platform.release()}"
-
-
-def git_revision() -> str:
-    """The commit measured, and whether the work tree differs from it."""
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "django_tasks_coord"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    except OSError:
-        return "unknown"
-    return f"{head}{' + uncommitted changes in django_tasks_coord/' if dirty else ''}"
 
 
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -830,14 +685,8 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 def write_results(results: dict[str, Any], meta: dict[str, Any]) -> None:
     """Write ``throughput.json`` and ``throughput.md`` and print the latter."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
     results["targets"] = targets(results)
-    (RESULTS / "throughput.json").write_text(
-        json.dumps({"meta": meta, **results}, indent=2, default=str) + "\n"
-    )
-    md = markdown(results, meta)
-    (RESULTS / "throughput.md").write_text(md)
-    print(md)
+    write_report("throughput", {"meta": meta, **results}, lambda: markdown(results, meta))
 
 
 def markdown(results: dict[str, Any], meta: dict[str, Any]) -> str:
@@ -1009,7 +858,7 @@ def main() -> None:
     if not vendors:
         sys.exit("No database reachable.")
     started = time.monotonic()
-    load_start = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    load_start = load_average()
     configure(vendors)
     # Read the node's settings (and import the node) before the long part: the tree may be
     # edited while the benchmark runs.
@@ -1039,7 +888,7 @@ def main() -> None:
         "servers": server_info(vendors),
         "node_settings": args.node_settings,
         "load_start": load_start,
-        "load_end": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+        "load_end": load_average(),
         "duration_min": round((time.monotonic() - started) / 60, 1),
     }
     write_results(results, meta)

@@ -20,25 +20,28 @@ them. Results are printed and written to ``benchmarks/results/timers.json``.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.common import RESULTS, ROOT
+
+# isort: split
+
 import argparse
 import gc
 import json
 import platform
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from importlib import metadata
-from pathlib import Path
 from zoneinfo import ZoneInfo
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from cronsim import CronSim
 
-from cronsim import CronSim  # noqa: E402
-
-from django_tasks_coord.timers import (  # noqa: E402
+from django_tasks_coord.timers import (
     CalendarEvent,
     CronExpression,
     _localtime,
@@ -57,26 +60,23 @@ def clear_caches() -> None:
     _localtime._quiet.clear()
 
 
-def ours(spec: str, count: int) -> list[datetime]:
-    event = CalendarEvent(spec, tz=ZONE)
+def elapses(timer: CalendarEvent | CronExpression, count: int) -> list[datetime]:
+    """``count`` successive elapses of ``timer`` from :data:`START`, each from the previous."""
     out = []
     current: datetime | None = START
     for _ in range(count):
-        current = event.next_after(current)  # type: ignore[arg-type]
+        current = timer.next_after(current)  # type: ignore[arg-type]
         assert current is not None
         out.append(current)
     return out
+
+
+def ours(spec: str, count: int) -> list[datetime]:
+    return elapses(CalendarEvent(spec, tz=ZONE), count)
 
 
 def our_cron(expression: str, count: int) -> list[datetime]:
-    cron = CronExpression(expression, tz=ZONE)
-    out = []
-    current: datetime | None = START
-    for _ in range(count):
-        current = cron.next_after(current)  # type: ignore[arg-type]
-        assert current is not None
-        out.append(current)
-    return out
+    return elapses(CronExpression(expression, tz=ZONE), count)
 
 
 def cronsim(expression: str, count: int) -> list[datetime]:
@@ -161,7 +161,7 @@ def main() -> None:
     for row in results:
         print(f"  {row['cron']:26} {row['our_cron_wrapper_ms_median']:10.1f}")
 
-    output = ROOT / "benchmarks" / "results" / "timers.json"
+    output = RESULTS / "timers.json"
     output.parent.mkdir(parents=True, exist_ok=True)
     document = {
         "benchmark": "benchmarks/timers.py",
