@@ -16,15 +16,16 @@ rows are added). Results go to ``benchmarks/results/admin.{json,md}``.
 """
 
 # Run as a script, this folder is sys.path[0], and its queue.py would shadow the standard
-# library's queue (imported by psycopg): keep it off the path first.
-# ruff: noqa: E402
+# library's queue (imported by psycopg): benchmarks.common, imported first, keeps it off the path.
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.common import RESULTS, create_database, load_average
+
+# isort: split
 
 import argparse
 import json
@@ -35,8 +36,6 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
 TARGET_MS = 500
 URL = "/admin/django_tasks_coord/task/"
 CASES: dict[str, dict[str, str]] = {
@@ -55,19 +54,8 @@ CASES: dict[str, dict[str, str]] = {
 def setup(url: str) -> None:
     """Create the database if needed and set Django up on it (the test settings' apps)."""
     import environ
-    import psycopg
 
-    config = environ.Env.db_url_config(url)
-    with psycopg.connect(
-        host=config["HOST"], port=config["PORT"] or 5432, user=config["USER"], dbname="postgres",
-        autocommit=True,
-    ) as conn:  # fmt: skip
-        exists = conn.execute(
-            "SELECT 1 FROM pg_database WHERE datname = %s", [config["NAME"]]
-        ).fetchone()
-        if not exists:
-            conn.execute(f'CREATE DATABASE "{config["NAME"]}"')
-    sys.path.insert(0, str(ROOT))
+    create_database(environ.Env.db_url_config(url))
     os.environ["DATABASE_URL"] = url
     os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
     import django
@@ -183,7 +171,7 @@ def main() -> None:
     import django
     from django.db import connection
 
-    load_before = " / ".join(f"{x:.2f}" for x in os.getloadavg())
+    load_before = load_average(" / ")
     filled = fill(args.rows)
     print(f"{filled['rows']:,} rows ({filled['added']:,} added in {filled['fill_s']:.1f} s)")
     if filled["rows"] < 300_000:  # fewer failed tasks than 20 pages of them
@@ -198,7 +186,7 @@ def main() -> None:
         "rows": filled["rows"],
         "repeat": args.repeat,
         "load_before": load_before,
-        "load_after": " / ".join(f"{x:.2f}" for x in os.getloadavg()),
+        "load_after": load_average(" / "),
     }
     if args.no_write:
         return
