@@ -9,6 +9,7 @@ attempt starts (``attempt``, ``worker_id``, ``started_at``) and completed when i
 
 from __future__ import annotations
 
+import functools
 import traceback as tb
 from datetime import datetime
 from typing import Any
@@ -27,6 +28,8 @@ from django_tasks_coord.backends.compat import (
 from django_tasks_coord.enums import TaskState
 from django_tasks_coord.models import Task as TaskRow
 
+#: The worker id of an attempt lost before its start was written.
+UNKNOWN_WORKER = "unknown"
 #: The exception class recorded for an attempt whose node died (its heartbeat went stale).
 LOST_CLASS = "django_tasks_coord.exceptions.OwnerExpiredError"
 
@@ -60,13 +63,24 @@ def failed_entry(exc: BaseException) -> dict[str, Any]:
     }
 
 
-def close_lost(log: list[dict[str, Any]], now: datetime) -> list[dict[str, Any]]:
-    """``log`` with every attempt that never ended marked ``lost`` (its node died)."""
+def close_lost(log: list[dict[str, Any]], now: datetime, attempts: int) -> list[dict[str, Any]]:
+    """``log`` with every one of the first ``attempts`` attempts ended.
+
+    An attempt that never ended is marked ``lost`` (its node died); one missing from
+    the log altogether (its node died before its start was written) is added as lost,
+    its worker unknown.
+    """
     closed = []
     for entry in log:
         if "finished_at" not in entry:
             entry = {**entry, **lost_fields(entry, now)}
         closed.append(entry)
+    logged = {entry.get("attempt") for entry in closed}
+    for attempt in range(1, attempts + 1):
+        if attempt not in logged:
+            entry = {"attempt": attempt, "worker_id": UNKNOWN_WORKER}
+            closed.append({**entry, **lost_fields(entry, now)})
+    closed.sort(key=lambda entry: entry.get("attempt") or 0)
     return closed
 
 
@@ -91,21 +105,44 @@ def _when(value: object) -> datetime | None:
 def django_task(row: TaskRow) -> Task:  # type: ignore[type-arg]
     """The Django ``Task`` a stored row was enqueued from, with the row's queue and priority."""
     payload = row.payload if isinstance(row.payload, dict) else {}
-    path = payload.get("task", "")
-    try:
-        task = import_string(path)
-    except ImportError as exc:
-        raise TaskResultDoesNotExist(
-            f"Task #{row.pk}: its task {path!r} cannot be imported ({exc})."
-        ) from exc
-    if not isinstance(task, Task):
-        raise TaskResultDoesNotExist(f"Task #{row.pk}: {path!r} is not a Django task.")
-    return task.using(
-        priority=row.priority,
-        queue_name=row.topic_id,
-        run_after=_when(payload.get("run_after")),
-        backend=payload.get("backend"),
+    return _django_task(
+        str(payload.get("task", "")),
+        row.priority,
+        row.topic_id,
+        payload.get("run_after"),
+        payload.get("backend"),
+        row.pk,
     )
+
+
+@functools.lru_cache(maxsize=1024)
+def _task_variant(
+    path: str, priority: int, queue: str, run_after: str | None, backend: str | None
+) -> Task:  # type: ignore[type-arg]
+    task = import_string(path)
+    if not isinstance(task, Task):
+        raise TypeError(f"{path!r} is not a Django task.")
+    return task.using(
+        priority=priority, queue_name=queue, run_after=_when(run_after), backend=backend
+    )
+
+
+def _django_task(
+    path: str, priority: int, queue: str, run_after: Any, backend: Any, pk: int
+) -> Task:  # type: ignore[type-arg]
+    """Tasks are immutable: one per variant is imported and validated, then shared."""
+    try:
+        return _task_variant(
+            path,
+            priority,
+            queue,
+            run_after if isinstance(run_after, str) else None,
+            backend if isinstance(backend, str) else None,
+        )
+    except (ImportError, TypeError) as exc:
+        raise TaskResultDoesNotExist(
+            f"Task #{pk}: {path!r} is not an importable Django task ({exc})."
+        ) from exc
 
 
 def to_result(row: TaskRow, task: Task | None = None) -> TaskResult:  # type: ignore[type-arg]
@@ -114,6 +151,9 @@ def to_result(row: TaskRow, task: Task | None = None) -> TaskResult:  # type: ig
     payload = row.payload if isinstance(row.payload, dict) else {}
     log = [entry for entry in (row.attempt_log or []) if isinstance(entry, dict)]
     running = state in (TaskState.ACTIVE, TaskState.REQUESTED)
+    ended = row.attempts - 1 if running else row.attempts  # attempts that must have an entry
+    if len(log) < ended:
+        log = close_lost(log, row.finished_at or timezone.now(), ended)[: max(ended, len(log))]
     errors = []
     for index, entry in enumerate(log):
         if "finished_at" not in entry:

@@ -5,11 +5,14 @@ points the node's handler registry at :data:`DJANGO_TASK_TYPE` (plain Django ``T
 objects reach it as their topic's consumer). For each attempt the worker
 
 1. appends ``{attempt, worker_id, started_at}`` to ``Task.attempt_log`` (fenced by
-   the claim, so a lost claim writes nothing) and sends ``task_started``;
+   the claim, so a lost claim writes nothing; not waited for, and only once the attempt
+   has run for a moment, see :mod:`~django_tasks_coord.backends.writer`) and sends
+   ``task_started``;
 2. calls the function (a coroutine function through ``async_to_sync``; with a
    timeout, in a watched thread or under ``asyncio.timeout``);
-3. on success completes the task itself, return value and log in one ``UPDATE``; on
-   failure records the exception and traceback in the log and lets the node retry
+3. on success completes the task, return value and log together (one ``UPDATE`` for
+   every task the workers finished meanwhile; the node counts it done once written);
+   on failure records the exception and traceback in the log and lets the node retry
    or fail it with the task's retry policy.
 
 ``task_finished`` is sent once the task is finished for good (``on_outcome``).
@@ -42,6 +45,7 @@ from django_tasks_coord.backends.compat import (
     task_started,
 )
 from django_tasks_coord.backends.results import close_lost, failed_entry, to_result
+from django_tasks_coord.backends.writer import START_DELAY, Write, writer
 from django_tasks_coord.enums import Decision, ErrorPolicy, Result, TaskState
 from django_tasks_coord.exceptions import TaskTimeoutError
 from django_tasks_coord.handlers import TaskType
@@ -120,15 +124,15 @@ def execute(row: TaskRow) -> Decision:
     """Run one attempt of a Django task (see the module docstring); never raises."""
     payload = _payload(row)
     owner = row.owner if row.owner_id is not None else None
-    log = close_lost(list(row.attempt_log or []), timezone.now())
+    log = close_lost(list(row.attempt_log or []), timezone.now(), row.attempts - 1)
     entry: dict[str, Any] = {
         "attempt": row.attempts,
         "worker_id": owner.name if owner is not None else "",
         "started_at": timezone.now().isoformat(),
     }
     log.append(entry)
-    if _held(row).update(attempt_log=log) != 1:
-        return Decision(Result.FAILURE, message="The claim was lost before the attempt started.")
+    # A copy (the entry changes as the attempt goes on); not waited for: see the writer.
+    writer.submit(row, {"attempt_log": [dict(e) for e in log]}, delay=START_DELAY)
     row.attempt_log = log
     try:
         task = import_string(payload["task"])
@@ -149,22 +153,24 @@ def execute(row: TaskRow) -> Decision:
         raise
     except BaseException as exc:  # noqa: BLE001 - every failure is the task's, recorded below
         entry.update(finished_at=timezone.now().isoformat(), **failed_entry(exc))
-        _held(row).update(attempt_log=log)
+        if writer.submit(row, {"attempt_log": log}).wait() is None:
+            _held(row).update(attempt_log=log)  # the batch failed: write it alone
         return Decision(Result.FAILURE, exception=exc)
-    finished = timezone.now()
-    entry.update(finished_at=finished.isoformat(), outcome="succeeded")
-    changes = {
+    entry.update(finished_at=timezone.now().isoformat(), outcome="succeeded")
+    changes: dict[str, Any] = {
         "state": TaskState.SUCCEEDED,
         "result": value,
         "attempt_log": log,
-        "finished_at": finished,
         "owner": None,
         "message": None,
         "error": None,
     }
-    if _held(row).update(**changes) == 1:  # completed here, with its return value
-        for field, new in changes.items():
-            setattr(row, field, new)
+    # Completed in memory now, in the database by the writer; the node's completer waits
+    # for that write (on_outcome) before the task counts as done.
+    write = writer.submit(row, changes)
+    for name, new in changes.items():
+        setattr(row, name, new)
+    row._outcome_write = write  # type: ignore[attr-defined]
     return Decision(Result.SUCCESS)
 
 
@@ -190,7 +196,21 @@ class DjangoTaskType(TaskType):
         return now + policy.delay(task.attempts)
 
     def on_outcome(self, task: TaskRow, decision: Decision) -> None:
-        """Send Django's ``task_finished`` once the task is finished for good."""
+        """Wait for the outcome's write (a success), then send Django's ``task_finished``."""
+        write: Write | None = getattr(task, "_outcome_write", None)
+        if write is not None:
+            written = write.wait()
+            if written is None:  # the batch failed: complete it alone
+                changes = {**write.changes, "finished_at": timezone.now()}
+                written = _held(task).update(**changes) == 1
+            if not written:
+                logger.warning(
+                    "Task %s succeeded but its outcome was not stored: its claim was lost "
+                    "(replaced, cancelled, or handed to another node).",
+                    task,
+                )
+                return
+            task.finished_at = write.changes["finished_at"] or task.finished_at
         payload = _payload(task)
         try:
             backend = task_backends[payload["backend"]]

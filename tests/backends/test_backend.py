@@ -219,3 +219,33 @@ def test_checks(settings):
 @pytest.mark.django_db
 def test_system_checks_pass_with_the_test_settings():
     call_command("check", fail_level="ERROR")
+
+
+@pytest.mark.parametrize("on_commit", [True, False])
+def test_tables_on_their_own_database_wait_for_the_default_databases_commit(
+    monkeypatch, settings, on_commit
+):
+    """With ENQUEUE_ON_COMMIT, an enqueue in a transaction on ``default`` is pushed at its commit."""
+    from types import SimpleNamespace
+
+    from django.db import transaction
+
+    settings.TASKS = {"default": {"BACKEND": BACKEND, "OPTIONS": {"ENQUEUE_ON_COMMIT": on_commit}}}
+    monkeypatch.setattr(DatabaseBackend, "database", property(lambda self: "tasks"))
+    connections = {
+        "tasks": SimpleNamespace(in_atomic_block=False),
+        "default": SimpleNamespace(in_atomic_block=True),
+    }
+    monkeypatch.setattr(transaction, "get_connection", lambda using=None: connections[using])
+    deferred = []
+    monkeypatch.setattr(
+        transaction, "on_commit", lambda func, using=None, robust=False: deferred.append(using)
+    )
+    pushed = []
+    monkeypatch.setattr(DatabaseBackend, "_push", lambda self, *args: pushed.append(args))
+    tasks.add.enqueue(1, 2)
+    if on_commit:
+        assert (deferred, pushed) == (["default"], [])
+    else:
+        assert deferred == []
+        assert len(pushed) == 1

@@ -247,6 +247,8 @@ def test_sigkill_mid_task_goes_back_to_ready_and_another_node_completes_it(worke
     doomed = worker.start("--node-id", "doomed", settings={"LIVENESS_INTERVAL": 2.0})
     try:
         wait_for(lambda: Run.objects.filter(node="doomed").exists())
+        # The start of an attempt is written once it has run for a moment (START_DELAY).
+        wait_for(lambda: tasks.sleep_first_attempt.get_result(result.id).worker_ids)
         result.refresh()
         assert result.status == TaskResultStatus.RUNNING
         assert result.worker_ids == ["doomed"]

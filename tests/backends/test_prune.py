@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from django_tasks_coord import handlers
 from django_tasks_coord.backends import housekeeping
+from django_tasks_coord.backends.compat import SOURCE
 from django_tasks_coord.enums import TaskState
 from django_tasks_coord.models import Task as TaskRow
 from django_tasks_coord.models import Topic
@@ -89,7 +90,7 @@ def test_prune_needs_an_age(results):
 def test_prune_refuses_other_backends(settings):
     settings.TASKS = {
         "default": {"BACKEND": BACKEND},
-        "dummy": {"BACKEND": "django.tasks.backends.dummy.DummyBackend"},
+        "dummy": {"BACKEND": f"{SOURCE}.backends.dummy.DummyBackend"},
     }
     with pytest.raises(CommandError, match="not a DatabaseBackend"):
         prune("--backend", "dummy", "--older-than", "1")
