@@ -1,4 +1,8 @@
-"""``manage.py demo``: set up the database and walk through the queue API, printing each step."""
+"""``manage.py demo_tour``: the queue API step by step in one process, printing each step.
+
+No node runs; this process pushes, polls and completes by itself. ``manage.py demo`` runs
+the whole system instead.
+"""
 
 from __future__ import annotations
 
@@ -12,11 +16,11 @@ from django_tasks_coord import queue
 from django_tasks_coord.models import Task
 from django_tasks_coord.queue import Condition, Insertion, Junction
 
-TOPIC = "emails"
+TOPIC = "emails-tour"
 
 
 class Command(BaseCommand):
-    help = "Run the django-tasks-coord demo (SQLite by default; set DATABASE_URL for another database)."
+    help = "Walk through the queue API in one process (SQLite by default; DATABASE_URL for another database)."
 
     def handle(self, *args: Any, **options: Any) -> None:
         call_command("migrate", verbosity=0)
