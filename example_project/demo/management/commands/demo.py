@@ -95,17 +95,26 @@ class Command(BaseCommand):
             self._start(child)
         else:
             self._banner(base, token, children)
-        started = [child for child in children if child.proc is not None]
+        running = [child for child in children if child.proc is not None]
+        lost: list[Child] = []
         while failed is None and not self._stop.wait(0.5):
-            for child in started:
-                if not child.running:
-                    failed = f"{child.name} exited with status {child.proc.returncode}"  # type: ignore[union-attr]
+            for child in [c for c in running if not c.running]:
+                running.remove(child)
+                lost.append(child)
+                status = child.proc.returncode  # type: ignore[union-attr]
+                if child.name in NODES and any(c.name in NODES for c in running):
+                    self.say(f"{child.name} exited with status {status}; the other node goes on.")
+                else:
+                    failed = f"{child.name} exited with status {status}"
                     self.say(f"{failed}; stopping.")
-                    break
-        clean = self._shut_down(started)
+        clean = self._shut_down(running)
         if failed is not None or not clean:
             raise CommandError("The demo did not stop cleanly (see above).")
-        self.say("Demo stopped: every process exited cleanly.")
+        if lost:
+            gone = ", ".join(f"{c.name} ({c.proc.returncode})" for c in lost)  # type: ignore[union-attr]
+            self.say(f"Demo stopped: the other processes exited cleanly; exited earlier: {gone}.")
+        else:
+            self.say("Demo stopped: every process exited cleanly.")
 
     # -- setting up ---------------------------------------------------------------------
 
@@ -267,7 +276,7 @@ class Command(BaseCommand):
                     "             'demo-ledger' (leader of group 'demo' only); Django task "
                     "demo.tasks.word_count; definition 'demo/thumbnail' (executor.py).",
                     "  Try:       kill -9 the leading node (Admin > Token holders shows it): "
-                    "the other takes over within 10 s.",
+                    "the other node takes over within 10 s.",
                     f"             {manage} tasks_coord_health --node-id demo-a",
                     "Press Ctrl-C to stop.",
                     "",
