@@ -35,7 +35,6 @@ import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from datetime import timedelta
 from typing import Any
 
 import jsonschema
@@ -44,10 +43,12 @@ from django.utils.module_loading import autodiscover_modules
 from django_tasks_coord import db
 from django_tasks_coord.exceptions import (
     DefinitionError,
+    InvalidArgumentError,
     SchemaViolationError,
     UnknownDefinitionError,
 )
 from django_tasks_coord.models import TaskDefinition
+from django_tasks_coord.retry import non_negative_seconds
 from django_tasks_coord.topics import register_topic, validate_topic_name
 
 logger = logging.getLogger(__name__)
@@ -59,13 +60,10 @@ _KEY_WIDTH = 255
 
 
 def _seconds(value: object, name: str, setting: str) -> float:
-    seconds = value.total_seconds() if isinstance(value, timedelta) else value
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds >= 0:
-        raise DefinitionError(
-            f"Definition {name!r}: {setting} must be a non-negative number of seconds or a "
-            f"timedelta, not {value!r}."
-        )
-    return float(seconds)
+    try:
+        return non_negative_seconds(value, setting)  # type: ignore[arg-type]
+    except InvalidArgumentError as exc:
+        raise DefinitionError(f"Definition {name!r}: {exc}") from None
 
 
 def _validator(schema: object, name: str, setting: str) -> Any:
@@ -81,12 +79,12 @@ def _validator(schema: object, name: str, setting: str) -> Any:
     except jsonschema.SchemaError as exc:
         raise DefinitionError(
             f"Definition {name!r}: {setting} is not a valid JSON Schema: {exc.message} "
-            f"(at {_pointer(exc.path)})."
+            f"(at {json_pointer(exc.path)})."
         ) from exc
     return cls(schema, format_checker=cls.FORMAT_CHECKER)
 
 
-def _pointer(path: Iterable[object]) -> str:
+def json_pointer(path: Iterable[object]) -> str:
     """The JSON Pointer (RFC 6901) of ``path``; ``""`` is the whole document."""
     return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in path)
 
@@ -173,7 +171,7 @@ class Definition:
         error = jsonschema.exceptions.best_match(validator.iter_errors(value))
         if error is None:
             return
-        pointer = _pointer(error.absolute_path)
+        pointer = json_pointer(error.absolute_path)
         raise SchemaViolationError(
             f"/{document}{pointer} does not match the {document} schema of {self.name!r}: "
             f"{error.message}",

@@ -296,7 +296,8 @@ def poll(names: Sequence[str], limit: int = 1, *, now: datetime | None = None) -
     Each task gets a fresh ``exec_id`` and must be started within its definition's
     ``requested_to_start_timeout``. Concurrency limits count requested and in-progress
     tasks; they hold under any number of concurrent pollers (see :func:`_poll_one`).
-    Definitions are visited from a random one on, so that no definition starves.
+    Definitions are visited from a random one on, so that no definition starves; those
+    whose topic is paused (``queue.pause_topic``, the admin) hand out nothing.
     """
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise InvalidArgumentError(f"limit must be a positive int, not {limit!r}.")
@@ -324,14 +325,16 @@ def _poll_one(definition: Definition, limit: int, now: datetime) -> list[Task]:
     using, conn = db.alias(), db.connection()
     with db.write_transaction():
         room: Counter[str] | None = None
+        topic = Topic.objects.using(using).filter(name=definition.name)
         if definition.concurrency_limit is not None:
-            topic = Topic.objects.using(using).filter(name=definition.name)
             locked = topic.select_for_update(**db.lock_kwargs(conn, skip_locked=False))
-            if not list(locked.values_list("pk", flat=True)):
-                return []  # no task was ever created: nothing to hand out
+            if list(locked.values_list("paused", flat=True)) != [False]:
+                return []  # paused in the admin, or no task was ever created
             room = _room(definition)
             if room.total() <= 0 and definition.concurrency_key_path is None:
                 return []
+        elif topic.filter(paused=True).exists():
+            return []  # paused (queue.pause_topic, the admin): executors get nothing
         ready = (
             Task.objects.using(using)
             .filter(topic_id=definition.name, state=TaskState.PENDING)

@@ -14,9 +14,10 @@ from django_tasks_coord.enums import Backoff
 from django_tasks_coord.exceptions import InvalidArgumentError
 
 
-def _seconds(value: float | timedelta, argument: str) -> float:
+def non_negative_seconds(value: float | timedelta, argument: str) -> float:
+    """``value`` (seconds or a timedelta) as float seconds; InvalidArgumentError naming ``argument``."""
     seconds = value.total_seconds() if isinstance(value, timedelta) else value
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds >= 0:
         raise InvalidArgumentError(
             f"{argument} must be a non-negative number of seconds or a timedelta, not {value!r}."
         )
@@ -48,8 +49,8 @@ class RetryPolicy:
             raise InvalidArgumentError(
                 f"max_attempts must be an int of at least 1, not {self.max_attempts!r}."
             )
-        object.__setattr__(self, "retry_interval", _seconds(self.retry_interval, "retry_interval"))
-        object.__setattr__(self, "max_interval", _seconds(self.max_interval, "max_interval"))
+        object.__setattr__(self, "retry_interval", non_negative_seconds(self.retry_interval, "retry_interval"))
+        object.__setattr__(self, "max_interval", non_negative_seconds(self.max_interval, "max_interval"))
         object.__setattr__(self, "backoff", Backoff.coerce(self.backoff, "backoff"))
         if not isinstance(self.jitter, int | float) or not 0 <= self.jitter <= 1:
             raise InvalidArgumentError(f"jitter must be a number from 0 to 1, not {self.jitter!r}.")

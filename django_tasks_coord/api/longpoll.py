@@ -34,7 +34,7 @@ from django.db import connections
 from django_tasks_coord import db, executions
 from django_tasks_coord.conf import app_settings
 from django_tasks_coord.models import Task
-from django_tasks_coord.node.wakeup import listen_supported
+from django_tasks_coord.node.wakeup import listen_params, listen_supported
 
 logger = logging.getLogger(__name__)
 
@@ -91,9 +91,7 @@ class _Hub:
     async def _listen(self) -> None:
         import psycopg
 
-        params = connections[db.alias()].get_connection_params()
-        params.pop("cursor_factory", None)
-        params.pop("context", None)
+        params = listen_params(db.alias())
         loop = asyncio.get_running_loop()
         backoff = 0.5
         idle_since: float | None = None

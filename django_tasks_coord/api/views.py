@@ -110,7 +110,7 @@ def _body(request: HttpRequest, spec: openapi.Operation) -> dict[str, Any]:
         raise ApiError(400, "invalid_json", f"The body is not JSON: {exc}.") from None
     error = jsonschema.exceptions.best_match(_validators[spec.request].iter_errors(data))
     if error is not None:
-        path = definitions._pointer(error.absolute_path)
+        path = definitions.json_pointer(error.absolute_path)
         raise ApiError(
             400,
             "invalid_request",
@@ -120,9 +120,7 @@ def _body(request: HttpRequest, spec: openapi.Operation) -> dict[str, Any]:
         )
     assert isinstance(data, dict)
     if _has_nul(data):
-        raise ApiError(
-            400, "invalid_request", "Strings must not contain NUL (\\u0000) characters."
-        )
+        raise ApiError(400, "invalid_request", "Strings must not contain NUL (\\u0000) characters.")
     return data
 
 

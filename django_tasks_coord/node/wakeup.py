@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from django.db import connections
 
@@ -33,9 +34,7 @@ class Listener(threading.Thread):
         import psycopg
 
         backoff = 0.5
-        params = connections[self.alias].get_connection_params()
-        params.pop("cursor_factory", None)
-        params.pop("context", None)
+        params = listen_params(self.alias)
         while not self.stopping.is_set():
             try:
                 with psycopg.connect(**params, autocommit=True) as conn:
@@ -52,6 +51,15 @@ class Listener(threading.Thread):
                 self.stopping.wait(backoff)
                 backoff = min(backoff * 2, 10.0)
         self.listening.clear()
+
+
+def listen_params(alias: str) -> dict[str, Any]:
+    """Arguments for ``psycopg.connect`` to the database behind ``alias``, for a LISTEN connection
+    of its own (Django's cursor factory and adaptation context left out)."""
+    params = connections[alias].get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    return params
 
 
 def listen_supported(alias: str) -> bool:

@@ -1,4 +1,4 @@
-"""End to end: a live ASGI server (uvicorn) and a runscheduler node on the test database, an
+"""End to end: a live ASGI server (uvicorn, long-polls served by serve_long_polls) and a runscheduler node on the test database, an
 executor written without Django in another process, and 50 long-polls waiting at once."""
 
 from __future__ import annotations
@@ -126,6 +126,19 @@ def test_an_executor_without_django_runs_tasks_through_a_live_server(server):
     assert abandoned.attempts == 1  # handed out twice, started once: the reaper freed it
 
 
+def test_the_long_poll_route_answers_like_the_rest_of_the_api(server):
+    base, _ = server
+    _, execute = make_user("runner", "execute_tasks")
+    assert call(base, execute, "GET", "long-poll")[0] == 405
+    assert call(base, "nope", "POST", "long-poll", {"definitions": ["e2e/sum"]})[0] == 401
+    status, body = call(base, execute, "POST", "long-poll", {"definitions": []})
+    assert (status, body["error"]["path"]) == (400, "/definitions")
+    status, body = call(
+        base, execute, "POST", "long-poll", {"definitions": ["e2e/sum"], "timeout": 0}
+    )
+    assert (status, body) == (200, {"tasks": []})
+
+
 def test_50_long_polls_wait_at_once_without_a_connection_each(server):
     base, proc = server
     _, execute = make_user("runner", "execute_tasks")
@@ -168,6 +181,8 @@ def test_50_long_polls_wait_at_once_without_a_connection_each(server):
     assert len(results) == waiters
     assert all(body["tasks"] == [] for _, body in results)
     assert elapsed < 6, elapsed
+    # serve_long_polls: the waiting requests hold no thread (uvicorn's and the check pool's only)
+    assert during["server_threads"] < 20, during
     if "other_connections" in during:
         assert during["other_connections"] <= 10, during  # the LISTEN one and a few checks
     print(f"\n50 idle long-polls: {elapsed:.2f}s in all, during the wait {during}")

@@ -8,11 +8,11 @@ import json
 
 import pytest
 import schemathesis
-from schemathesis.specs.openapi.checks import positive_data_acceptance
 from django.core.handlers.wsgi import WSGIHandler
 from django.test import Client, override_settings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from django_tasks_coord import executions
 from django_tasks_coord.api import openapi

@@ -201,3 +201,17 @@ def test_the_queue_api_sees_the_same_task(submitter, executor):
     assert queue.count("test/basic") == 1
     row = Task.objects.get(pk=created["id"])
     assert (row.payload, row.state, row.requester) == ([1, 2], TaskState.PENDING, "alice")
+
+
+@pytest.mark.parametrize("definition", ["test/basic", "test/limited"])
+def test_a_paused_definition_hands_out_nothing(submitter, executor, definition):
+    from django_tasks_coord import queue
+
+    created = submitter.ok("POST", "", {"definition": definition}, expect=201)
+    queue.pause_topic(definition)
+    assert executor.ok("POST", "poll", {"definitions": [definition]})["tasks"] == []
+    queue.resume_topic(definition)
+    assert (
+        executor.ok("POST", "poll", {"definitions": [definition]})["tasks"][0]["id"]
+        == created["id"]
+    )
