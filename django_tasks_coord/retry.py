@@ -49,8 +49,12 @@ class RetryPolicy:
             raise InvalidArgumentError(
                 f"max_attempts must be an int of at least 1, not {self.max_attempts!r}."
             )
-        object.__setattr__(self, "retry_interval", non_negative_seconds(self.retry_interval, "retry_interval"))
-        object.__setattr__(self, "max_interval", non_negative_seconds(self.max_interval, "max_interval"))
+        object.__setattr__(
+            self, "retry_interval", non_negative_seconds(self.retry_interval, "retry_interval")
+        )
+        object.__setattr__(
+            self, "max_interval", non_negative_seconds(self.max_interval, "max_interval")
+        )
         object.__setattr__(self, "backoff", Backoff.coerce(self.backoff, "backoff"))
         if not isinstance(self.jitter, int | float) or not 0 <= self.jitter <= 1:
             raise InvalidArgumentError(f"jitter must be a number from 0 to 1, not {self.jitter!r}.")
