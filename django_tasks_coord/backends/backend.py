@@ -330,10 +330,24 @@ class DatabaseBackend(BaseTaskBackend):
 
 
 def coord_backends() -> list[DatabaseBackend]:
-    """Every configured task backend that is (a subclass of) :class:`DatabaseBackend`."""
+    """Every configured task backend that is (a subclass of) :class:`DatabaseBackend`.
+
+    Other backends are not instantiated (a misconfigured one must not stop a node).
+    """
+    from django.conf import settings
+    from django.utils.module_loading import import_string
+
     from django_tasks_coord.backends.compat import task_backends
 
-    return [b for b in task_backends.all() if isinstance(b, DatabaseBackend)]
+    found = []
+    for alias, params in (getattr(settings, "TASKS", None) or {}).items():
+        try:
+            backend_class = import_string(params["BACKEND"])
+        except (ImportError, KeyError, TypeError):
+            continue
+        if isinstance(backend_class, type) and issubclass(backend_class, DatabaseBackend):
+            found.append(task_backends[alias])
+    return [backend for backend in found if isinstance(backend, DatabaseBackend)]
 
 
 __all__ = ["CoordTask", "DatabaseBackend", "TaskState", "coord_backends"]

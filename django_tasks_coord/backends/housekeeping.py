@@ -34,6 +34,8 @@ def prepare_node() -> None:
     from django_tasks_coord.backends.worker import DJANGO_TASK_TYPE
 
     backends = coord_backends()
+    if not backends:
+        return
     consumers = registry.consumers()
     for backend in backends:
         for name in sorted(backend.queues):

@@ -124,3 +124,10 @@ def test_prepare_node_registers_the_queues_and_the_pruning_job(registry, setting
 def test_prepare_node_declares_no_pruning_without_a_retention(registry):
     housekeeping.prepare_node()
     assert housekeeping.PRUNE_JOB not in declared.declarations()
+
+
+def test_prepare_node_does_nothing_without_a_database_backend(registry, settings):
+    settings.TASKS = {"default": {"BACKEND": f"{SOURCE}.backends.dummy.DummyBackend"}}
+    housekeeping.prepare_node()
+    assert not Topic.objects.exists()
+    assert "default" not in registry.consumers()
