@@ -760,8 +760,8 @@ def markdown(results: dict[str, Any], meta: dict[str, Any]) -> str:
         "the submitting transaction, the wake-up of a dispatcher, its heartbeat and claim "
         "SELECT; `started_at` is taken before the claim's UPDATE), *dispatch* = `started_at` "
         "-> handler start (the claim's UPDATE and commit, the hand-over to a worker thread, "
-        "which closes and reopens its database connection unless `CONN_MAX_AGE` > 0, and "
-        "reads the job's retry policy before calling it). Milliseconds.",
+        "which needs no query before calling the job: the run carries its attempt limit). "
+        "Milliseconds.",
         "",
         "| database | node settings; jobs | slots | median | p95 | p99 | max | submit p50 / p99 | "
         "claim p50 / p99 | dispatch p50 / p99 | dropped slots / dup. | nodes that ran jobs | "
