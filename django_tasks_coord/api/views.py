@@ -151,6 +151,15 @@ def no_such_endpoint(request: HttpRequest, rest: str) -> HttpResponse:
     return ApiError(404, "not_found", f"The API has no endpoint {rest!r}.").response()
 
 
+def _checked(
+    request: HttpRequest, spec: openapi.Operation, kwargs: dict[str, Any]
+) -> tuple[Any, dict[str, Any]]:
+    """What every operation checks first: the task id (404), the token (401), the permission
+    (403), the body (400). Returns the user and the body."""
+    _task_id(kwargs)
+    return _authorize(request, spec), _body(request, spec)
+
+
 def operation(operation_id: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register a view for the operation ``operation_id``.
 
@@ -172,9 +181,7 @@ def operation(operation_id: str) -> Callable[[Callable[..., Any]], Callable[...,
             @functools.wraps(view)
             async def async_wrapper(request: HttpRequest, **kwargs: Any) -> HttpResponse:
                 try:
-                    _task_id(kwargs)
-                    user = await run_db(_authorize, request, spec)
-                    body = _body(request, spec)
+                    user, body = await run_db(_checked, request, spec, kwargs)
                     return respond(await view(request, user, body, **kwargs))
                 except Exception as exc:  # noqa: BLE001 - mapped or re-raised
                     return _as_api_error(exc).response()
@@ -185,9 +192,7 @@ def operation(operation_id: str) -> Callable[[Callable[..., Any]], Callable[...,
         @functools.wraps(view)
         def wrapper(request: HttpRequest, **kwargs: Any) -> HttpResponse:
             try:
-                _task_id(kwargs)
-                user = _authorize(request, spec)
-                body = _body(request, spec)
+                user, body = _checked(request, spec, kwargs)
                 return respond(view(request, user, body, **kwargs))
             except Exception as exc:  # noqa: BLE001 - mapped or re-raised
                 return _as_api_error(exc).response()
