@@ -249,3 +249,13 @@ def test_tables_on_their_own_database_wait_for_the_default_databases_commit(
     else:
         assert deferred == []
         assert len(pushed) == 1
+
+
+def test_the_backend_supports_all_of_djangos_features():
+    backend = task_backends["default"]
+    assert isinstance(backend, DatabaseBackend)
+    assert backend.supports_defer
+    assert backend.supports_async_task
+    assert backend.supports_get_result
+    assert backend.supports_priority
+    assert backend.task_class.__name__ == "CoordTask"
