@@ -187,7 +187,13 @@ def lease(group: str, liveness: timedelta) -> Lease | None:
         .values_list("age", flat=True)
         .first()
     )
-    left = 0.0 if age is None else max((liveness - age).total_seconds(), 0.0)
+    # Clamped: SQLite's clock has millisecond precision, so a heartbeat written an instant
+    # ago can look a fraction of a millisecond into the future.
+    left = (
+        0.0
+        if age is None
+        else min(max((liveness - age).total_seconds(), 0.0), liveness.total_seconds())
+    )
     return Lease(node_id=holder.task_id, term=holder.term, seconds_left=left)
 
 
