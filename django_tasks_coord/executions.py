@@ -411,10 +411,7 @@ def start(task_id: int, exec_id: uuid.UUID | str, *, now: datetime | None = None
     """Start a requested task: it is in progress until its in-progress timeout."""
     now = _now(now)
     with db.write_transaction():
-        task = _lock(task_id, exec_id)
-        if task.state != TaskState.REQUESTED:
-            raise _wrong_state(task, "start", "requested")
-        definition = definitions.get(task.topic_id)
+        task, definition = _held(task_id, exec_id, TaskState.REQUESTED, "start", "requested")
         task.attempts += 1
         log = [*(task.attempt_log or []), {"attempt": task.attempts, "exec_id": str(task.exec_id)}]
         log[-1]["started_at"] = now.isoformat()
@@ -434,10 +431,7 @@ def notify(task_id: int, exec_id: uuid.UUID | str, *, now: datetime | None = Non
     """Heartbeat of an in-progress task: its in-progress timeout starts again from ``now``."""
     now = _now(now)
     with db.write_transaction():
-        task = _lock(task_id, exec_id)
-        if task.state != TaskState.ACTIVE:
-            raise _wrong_state(task, "notify", "in progress")
-        definition = definitions.get(task.topic_id)
+        task, definition = _held(task_id, exec_id, TaskState.ACTIVE, "notify", "in progress")
         _save(task, deadline=now + _seconds(definition.in_progress_timeout))
     return task
 
@@ -449,10 +443,10 @@ def succeed(
     now = _now(now)
     check_payload(result)
     with db.write_transaction():
-        task = _lock(task_id, exec_id)
-        if task.state != TaskState.ACTIVE:
-            raise _wrong_state(task, "report the success of", "in progress")
-        definitions.get(task.topic_id).validate("result", result)
+        task, definition = _held(
+            task_id, exec_id, TaskState.ACTIVE, "report the success of", "in progress"
+        )
+        definition.validate("result", result)
         _close_attempt(task, now, "succeeded", "")
         _save(
             task,
@@ -483,10 +477,9 @@ def fail(
     now = _now(now)
     check_payload(error)
     with db.write_transaction():
-        task = _lock(task_id, exec_id)
-        if task.state != TaskState.ACTIVE:
-            raise _wrong_state(task, "report the failure of", "in progress")
-        definition = definitions.get(task.topic_id)
+        task, definition = _held(
+            task_id, exec_id, TaskState.ACTIVE, "report the failure of", "in progress"
+        )
         if error is not None:
             definition.validate("error", error)
         reason = OutcomeReason.UNKNOWN_ERROR if error is None else OutcomeReason.FAILED_BY_EXECUTOR
@@ -620,6 +613,16 @@ def _lock(task_id: int, exec_id: uuid.UUID | str | None = None) -> Task:
                 "Stop working on it."
             )
     return task
+
+
+def _held(
+    task_id: int, exec_id: uuid.UUID | str, state: TaskState, action: str, expected: str
+) -> tuple[Task, Definition]:
+    """Lock task ``task_id`` held under ``exec_id`` in ``state``; return it and its definition."""
+    task = _lock(task_id, exec_id)
+    if task.state != state:
+        raise _wrong_state(task, action, expected)
+    return task, definitions.get(task.topic_id)
 
 
 def _uuid(value: uuid.UUID | str) -> uuid.UUID:

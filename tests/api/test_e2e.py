@@ -180,7 +180,7 @@ def test_50_long_polls_wait_at_once_without_a_connection_each(server):
     elapsed = time.monotonic() - began
     assert len(results) == waiters
     assert all(body["tasks"] == [] for _, body in results)
-    assert elapsed < 6, elapsed
+    assert elapsed < 10, elapsed  # not 2 s per batch of a thread pool: see the thread count
     # serve_long_polls: the waiting requests hold no thread (uvicorn's and the check pool's only)
     assert during["server_threads"] < 20, during
     if "other_connections" in during:

@@ -13,7 +13,9 @@ from django.test import Client, override_settings
 from django.utils import timezone
 
 from django_tasks_coord import executions
+from django_tasks_coord.api import longpoll
 from tests.api.conftest import Api, make_user
+from tests.processes import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -51,11 +53,16 @@ def test_its_timeout_is_capped_by_the_setting(executor):
     assert elapsed < 5
 
 
+def waiting() -> bool:
+    """a long-poll waits"""
+    return any(hub.waiters for hub in list(longpoll._hubs.values()))
+
+
 def test_new_work_wakes_it(executor):
     created: list[int] = []
 
     def create_soon() -> None:
-        time.sleep(0.3)  # let the long-poll start waiting first (it is what is measured)
+        wait_for(waiting, timeout=10)  # the long-poll waits: now new work must wake it
         created.append(executions.create("test/basic").pk)
         connections.close_all()
 
