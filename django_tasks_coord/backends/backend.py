@@ -32,7 +32,7 @@ from django_tasks_coord.backends.results import to_result
 from django_tasks_coord.backends.tasks import CoordTask
 from django_tasks_coord.conf import app_settings
 from django_tasks_coord.enums import Insertion, TaskState
-from django_tasks_coord.exceptions import InvalidArgumentError, TimerError
+from django_tasks_coord.exceptions import ConfigurationError, InvalidArgumentError, TimerError
 from django_tasks_coord.models import Task as TaskRow
 from django_tasks_coord.models import Topic
 from django_tasks_coord.retry import DEFAULT_RETRY, RetryPolicy
@@ -308,11 +308,15 @@ class DatabaseBackend(BaseTaskBackend):
                     id="tasks_coord.E020",
                 )
             )
-        if self.database != app_settings.DATABASE:
+        try:
+            nodes_database, database = app_settings.DATABASE, self.database
+        except ConfigurationError:  # a bad TASKS_COORD: tasks_coord.E001 reports it
+            return messages
+        if database != nodes_database:
             messages.append(
                 checks.Error(
                     f"TASKS[{self.alias!r}]['OPTIONS']['DATABASE'] is {self.database!r} but nodes "
-                    f"use TASKS_COORD['DATABASE'] = {app_settings.DATABASE!r}.",
+                    f"use TASKS_COORD['DATABASE'] = {nodes_database!r}.",
                     hint="Put the tables on one database: set TASKS_COORD['DATABASE'] to the same alias.",
                     id="tasks_coord.E021",
                 )
