@@ -7,6 +7,14 @@ action calls the service layer (:mod:`~django_tasks_coord.queue`,
 in the admin log and needs one of the app's custom permissions. See docs/admin.md.
 """
 
-from django_tasks_coord.admin import coordination, dashboard, definitions, jobs, tasks, topics
+from django_tasks_coord.admin import (
+    coordination,
+    dashboard,
+    definitions,
+    jobs,
+    tasks,
+    tokens,
+    topics,
+)
 
-__all__ = ["coordination", "dashboard", "definitions", "jobs", "tasks", "topics"]
+__all__ = ["coordination", "dashboard", "definitions", "jobs", "tasks", "tokens", "topics"]
