@@ -35,6 +35,11 @@ def test_concurrent_drain_completes_every_task_exactly_once(vendor, batch):
         for proc in procs:  # start them together
             proc.stdin.write("go\n")
             proc.stdin.flush()
+        for proc in procs:  # every worker holds its first claim (possibly empty) at once...
+            assert proc.stdout.readline().startswith("claimed"), proc.stderr.read()
+        for proc in procs:  # ...then they all race for the rest
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
         results = []
         for proc in procs:
             out, err = proc.communicate(timeout=300)
