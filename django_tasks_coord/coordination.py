@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import DatabaseError, IntegrityError, OperationalError
-from django.db.models import DurationField, ExpressionWrapper, F
+from django.db.models import DurationField, ExpressionWrapper, F, QuerySet
 from django.db.models.functions import Now
 
 from django_tasks_coord import db
@@ -58,25 +58,28 @@ def _check(group: str, node_id: str) -> None:
             )
 
 
+def _membership(group: str, node_id: str) -> QuerySet[HealthCheck]:
+    """``node_id``'s ``health_check`` row in ``group`` (at most one)."""
+    return HealthCheck.objects.using(db.alias()).filter(task_id=node_id, group_id=group)
+
+
 def join(group: str, node_id: str) -> None:
     """Register ``node_id`` as a member of ``group`` (its heartbeat starts now)."""
     _check(group, node_id)
     with db.write_transaction():
-        rows = HealthCheck.objects.using(db.alias()).filter(task_id=node_id, group_id=group)
-        if not rows.update(last_heartbeat=Now()):
+        if not _membership(group, node_id).update(last_heartbeat=Now()):
             HealthCheck.objects.using(db.alias()).create(task_id=node_id, group_id=group)
 
 
 def heartbeat(group: str, node_id: str) -> bool:
     """Refresh ``node_id``'s heartbeat in ``group``; False if it is not a member (any more)."""
-    rows = HealthCheck.objects.using(db.alias()).filter(task_id=node_id, group_id=group)
-    return rows.update(last_heartbeat=Now()) == 1
+    return _membership(group, node_id).update(last_heartbeat=Now()) == 1
 
 
 def leave(group: str, node_id: str) -> None:
     """Release the token if ``node_id`` holds it, and drop its membership."""
     release(group, node_id)
-    HealthCheck.objects.using(db.alias()).filter(task_id=node_id, group_id=group).delete()
+    _membership(group, node_id).delete()
 
 
 def forget_dead(older_than: timedelta) -> int:
@@ -135,9 +138,7 @@ def _acquire(group: str, node_id: str, liveness: timedelta, using: str) -> int |
             return 1
         if holder.task_id == node_id:
             return holder.term
-        alive = HealthCheck.objects.using(using).filter(
-            task_id=holder.task_id, group_id=group, last_heartbeat__gte=db.ago(liveness)
-        )
+        alive = _membership(group, holder.task_id).filter(last_heartbeat__gte=db.ago(liveness))
         if holder.task_id and alive.exists():
             return None
         holders.filter(group_id=group).update(
@@ -181,8 +182,7 @@ def lease(group: str, liveness: timedelta) -> Lease | None:
     if not holder.task_id:
         return Lease(node_id="", term=holder.term, seconds_left=0.0)
     age = (
-        HealthCheck.objects.using(using)
-        .filter(task_id=holder.task_id, group_id=group)
+        _membership(group, holder.task_id)
         .annotate(age=ExpressionWrapper(Now() - F("last_heartbeat"), output_field=DurationField()))
         .values_list("age", flat=True)
         .first()
@@ -219,12 +219,7 @@ def leader(group: str) -> Leader | None:
     )
     if holder is None:
         return None
-    beat = (
-        HealthCheck.objects.using(db.alias())
-        .filter(task_id=holder.task_id, group_id=group)
-        .values_list("last_heartbeat", flat=True)
-        .first()
-    )
+    beat = _membership(group, holder.task_id).values_list("last_heartbeat", flat=True).first()
     return Leader(holder.task_id, holder.term, beat)
 
 

@@ -24,6 +24,7 @@ from django.db.models import (
     Min,
     OuterRef,
     Q,
+    QuerySet,
     Value,
 )
 from django.db.models.functions import Concat
@@ -82,14 +83,19 @@ def schedulable() -> Q:
     return Q(enabled=True, paused=False, nextrun__isnull=False) & (may_overlap | ~_run_in_flight())
 
 
+def _paused_jobs_topic() -> QuerySet[Topic]:
+    """The jobs topic if it is paused: ``pause_all`` is in force."""
+    return Topic.objects.using(db.alias()).filter(name=JOBS_TOPIC, paused=True)
+
+
 def jobs_paused() -> bool:
     """True while ``pause_all`` is in force (the jobs topic is paused)."""
-    return Topic.objects.using(db.alias()).filter(name=JOBS_TOPIC, paused=True).exists()
+    return _paused_jobs_topic().exists()
 
 
 def _not_all_paused() -> Q:
     """No ``pause_all`` in force: folded into the scheduler's queries (no extra round trip)."""
-    return ~Q(Exists(Topic.objects.filter(name=JOBS_TOPIC, paused=True)))
+    return ~Q(Exists(_paused_jobs_topic()))
 
 
 def next_due() -> datetime | None:
