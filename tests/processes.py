@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -54,6 +55,42 @@ def reap(proc: subprocess.Popen[str], sig: int | None = None) -> tuple[str, str]
     except subprocess.TimeoutExpired:
         proc.kill()
         return proc.communicate()
+
+
+def run_together(module: str, *args: str, count: int, rendezvous: tuple[str, ...] = ()) -> list:
+    """Run ``count`` worker processes ``python -m module args`` that race each other.
+
+    Each worker prints ``ready`` and waits for a line on stdin; they are released together.
+    For each prefix in ``rendezvous``, every worker must then print a line starting with it
+    (and wait again) before all are released once more. Each worker's last stdout line is
+    JSON; the list of them is returned. Workers left behind by a failure are killed.
+    """
+    procs = [start(module, *args) for _ in range(count)]
+
+    def each_says(prefix: str) -> None:
+        for proc in procs:
+            assert proc.stdout.readline().startswith(prefix), proc.stderr.read()
+
+    def release() -> None:
+        for proc in procs:
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+
+    try:
+        each_says("ready")
+        for prefix in rendezvous:
+            release()
+            each_says(prefix)
+        release()
+        results = []
+        for proc in procs:
+            out, err = proc.communicate(timeout=300)
+            assert proc.returncode == 0, err
+            results.append(json.loads(out.strip().splitlines()[-1]))
+        return results
+    finally:
+        for proc in procs:
+            reap(proc, signal.SIGKILL)
 
 
 def wait_for(

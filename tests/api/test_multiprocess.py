@@ -3,8 +3,6 @@ across processes (PostgreSQL, MariaDB: row locks; SQLite: serialized writes)."""
 
 from __future__ import annotations
 
-import json
-import signal
 from collections import Counter
 
 import pytest
@@ -12,7 +10,7 @@ import pytest
 from django_tasks_coord import executions
 from django_tasks_coord.enums import TaskState
 from django_tasks_coord.models import Task
-from tests.processes import reap, start
+from tests.processes import run_together
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.multiprocess]
 
@@ -20,22 +18,7 @@ PROCESSES = 4
 
 
 def compete(definition: str, batch: int) -> list[dict]:
-    procs = [start("tests.workers.executor", definition, str(batch)) for _ in range(PROCESSES)]
-    try:
-        for proc in procs:
-            assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
-        for proc in procs:
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
-        results = []
-        for proc in procs:
-            out, err = proc.communicate(timeout=300)
-            assert proc.returncode == 0, err
-            results.append(json.loads(out.strip().splitlines()[-1]))
-    finally:
-        for proc in procs:
-            reap(proc, signal.SIGKILL)
-    return results
+    return run_together("tests.workers.executor", definition, str(batch), count=PROCESSES)
 
 
 @pytest.mark.parametrize("batch", [1, 10])

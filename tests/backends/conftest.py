@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from importlib.util import find_spec
 from pathlib import Path
@@ -86,10 +85,10 @@ def wait_exit(proc: subprocess.Popen[str], timeout: float = 120) -> tuple[str, s
     """Wait for a process that exits by itself; kill it (and fail later) if it does not."""
     from tests.processes import reap
 
-    deadline = time.monotonic() + timeout
-    while proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)  # waiting for a process to exit, with a deadline
-    return reap(proc, signal.SIGKILL if proc.poll() is None else None)
+    try:
+        return proc.communicate(timeout=timeout)  # drains its pipes while it runs
+    except subprocess.TimeoutExpired:
+        return reap(proc, signal.SIGKILL)
 
 
 #: Backend paths under test, with the QUEUES they are configured with.

@@ -13,7 +13,7 @@ from django.utils import timezone
 from django_tasks_coord import queue
 from django_tasks_coord.enums import TaskState
 from django_tasks_coord.models import Owner, Task
-from tests.processes import reap, start
+from tests.processes import reap, run_together, start
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.multiprocess]
 
@@ -28,26 +28,11 @@ def test_concurrent_drain_completes_every_task_exactly_once(vendor, batch):
         queue.push_many(
             "drain", [(f"id-{i % 50}", i) for i in range(start_at, min(total, start_at + 1000))]
         )
-    procs = [start("tests.workers.drain", "drain", str(batch)) for _ in range(WORKERS)]
-    try:
-        for proc in procs:
-            assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
-        for proc in procs:  # start them together
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
-        for proc in procs:  # every worker holds its first claim (possibly empty) at once...
-            assert proc.stdout.readline().startswith("claimed"), proc.stderr.read()
-        for proc in procs:  # ...then they all race for the rest
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
-        results = []
-        for proc in procs:
-            out, err = proc.communicate(timeout=300)
-            assert proc.returncode == 0, err
-            results.append(json.loads(out.strip().splitlines()[-1]))
-    finally:
-        for proc in procs:
-            reap(proc, signal.SIGKILL)
+    # Every worker holds its first claim (possibly empty) until all have made one, so the work
+    # is shared by construction; then they all race for the rest.
+    results = run_together(
+        "tests.workers.drain", "drain", str(batch), count=WORKERS, rendezvous=("claimed",)
+    )
     claimed = Counter(seq for done in results for seq in done)
     assert sum(claimed.values()) == total
     assert set(claimed.values()) == {1}  # nobody completed a task twice
