@@ -31,6 +31,31 @@ class Topic(models.Model):
         help_text=_("Tasks failed for good in a row; reset by the next success."),
     )
     created_at = models.DateTimeField(_("created at"), db_default=Now())
+    # Retention (django_tasks_coord.retention): None keeps such tasks for ever.
+    keep_completed_days = models.PositiveIntegerField(
+        _("keep completed for (days)"),
+        null=True,
+        blank=True,
+        help_text=_("Delete finished tasks (except failures) older than this many days."),
+    )
+    keep_completed_rows = models.PositiveIntegerField(
+        _("keep completed (rows)"),
+        null=True,
+        blank=True,
+        help_text=_("Keep at most this many finished tasks (except failures), newest first."),
+    )
+    keep_failed_days = models.PositiveIntegerField(
+        _("keep failures for (days)"),
+        null=True,
+        blank=True,
+        help_text=_("Delete failed tasks older than this many days."),
+    )
+    keep_failed_rows = models.PositiveIntegerField(
+        _("keep failures (rows)"),
+        null=True,
+        blank=True,
+        help_text=_("Keep at most this many failed tasks, newest first."),
+    )
 
     class Meta:
         verbose_name = _("topic")
