@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.apps import AppConfig
+from django.db.models.signals import post_migrate, pre_migrate
 
 
 class TasksCoordConfig(AppConfig):
@@ -15,5 +16,9 @@ class TasksCoordConfig(AppConfig):
 
     def ready(self) -> None:
         # Registers receivers and checks, and the consumer of the jobs topic.
-        from django_tasks_coord import checks, conf, topics  # noqa: F401
+        from django_tasks_coord import checks, conf, dbviews, topics  # noqa: F401
         from django_tasks_coord.scheduling import runner  # noqa: F401
+
+        # The task_pretty view: out of the way of migrations, then back with the current columns.
+        pre_migrate.connect(dbviews.before_migrate, sender=self)
+        post_migrate.connect(dbviews.after_migrate, sender=self)

@@ -69,7 +69,7 @@ def _setting_problems(values: dict[str, Any]) -> list[str]:
         isinstance(topics, list | tuple) and all(isinstance(t, str) and t for t in topics)
     ):
         problems.append(f"TOPICS must be None or a list of topic names, not {topics!r}.")
-    for key in ("LISTEN_NOTIFY", "SCHEDULER"):
+    for key in ("LISTEN_NOTIFY", "SCHEDULER", "PARTITION_TASKS", "TASK_PRETTY_VIEW"):
         if not isinstance(values[key], bool):
             problems.append(f"{key} must be True or False, not {values[key]!r}.")
     for key in ("LONG_POLL_MAX_TIMEOUT", "LONG_POLL_INTERVAL"):
@@ -227,6 +227,40 @@ def check_database(
             )
         ]
     return []
+
+
+@register(Tags.database)
+def check_partitioning(
+    app_configs: Any = None, databases: Sequence[str] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """``tasks_coord.W004``: on PostgreSQL, the task table's shape is not the one
+    ``PARTITION_TASKS`` asks for (migrate converts only an empty table)."""
+    from django.db import DatabaseError
+
+    from django_tasks_coord import partitions
+
+    conn = _database_connection(databases)
+    if conn is None or not partitions.supported(conn):
+        return []
+    try:
+        with conn.cursor() as cursor:
+            if partitions.table() not in conn.introspection.table_names(cursor):
+                return []  # not migrated yet
+        partitioned = partitions.is_partitioned(conn)
+    except DatabaseError:
+        return []
+    if partitioned == partitions.wanted(conn):
+        return []
+    shape = "is not partitioned by topic" if not partitioned else "is partitioned by topic"
+    return [
+        Warning(
+            f"The task table {shape}, but TASKS_COORD['PARTITION_TASKS'] is "
+            f"{partitions.wanted(conn)}.",
+            hint="Run `manage.py tasks_coord_partition`: it converts the table online, in "
+            "batches (docs/howto/production.md).",
+            id="tasks_coord.W004",
+        )
+    ]
 
 
 def _sqlite_hosts(alias: str) -> list[CheckMessage]:

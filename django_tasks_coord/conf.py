@@ -49,6 +49,12 @@ DEFAULTS: dict[str, Any] = {
     "SCHEDULER": True,
     # runscheduler: coordination group for warm backup (leader-only jobs); None: no group.
     "GROUP": None,
+    # PostgreSQL: the task table LIST-partitioned by topic (a partition per registered topic).
+    # Read by migration 0009 and by `manage.py tasks_coord_partition`, which converts an
+    # existing table either way (see django_tasks_coord.partitions).
+    "PARTITION_TASKS": True,
+    # The `task_pretty` database view (state names instead of ordinals), kept by migrate.
+    "TASK_PRETTY_VIEW": True,
     # HTTP API: the longest wait (seconds) a long-poll may ask for.
     "LONG_POLL_MAX_TIMEOUT": 60.0,
     # HTTP API: seconds between a waiting long-poll's checks where no NOTIFY wakes it.

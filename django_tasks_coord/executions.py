@@ -347,7 +347,7 @@ def _poll_one(definition: Definition, limit: int, now: datetime) -> list[Task]:
             return []
         exec_ids = {task.pk: uuid.uuid4() for task in chosen}
         deadline = now + _seconds(definition.requested_to_start_timeout)
-        Task.objects.using(using).filter(pk__in=list(exec_ids)).update(
+        Task.objects.using(using).rows(chosen).update(
             state=TaskState.REQUESTED,
             exec_id=Case(
                 *(When(pk=pk, then=Value(exec_id)) for pk, exec_id in exec_ids.items()),
@@ -567,7 +567,7 @@ def _reap_requested(names: list[str], now: datetime, batch_size: int) -> int:
         expired = _expired(TaskState.REQUESTED, names, now, batch_size)
         if not expired:
             return 0
-        Task.objects.using(db.alias()).filter(pk__in=[t.pk for t in expired]).update(
+        Task.objects.using(db.alias()).rows(expired).update(
             state=TaskState.PENDING,
             exec_id=None,
             deadline=None,
@@ -637,7 +637,7 @@ def _uuid(value: uuid.UUID | str) -> uuid.UUID:
 def _save(task: Task, **changes: Any) -> None:
     for name, value in changes.items():
         setattr(task, name, value)
-    Task.objects.using(db.alias()).filter(pk=task.pk).update(**changes)
+    Task.objects.using(db.alias()).rows([task]).update(**changes)
 
 
 def _close_attempt(task: Task, now: datetime, outcome: str, reason: str) -> None:

@@ -8,6 +8,8 @@ read-side querysets.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from django.conf import settings
 from django.db import connections, models
 from django.db.models.functions import Now
@@ -124,6 +126,17 @@ class TaskQuerySet(models.QuerySet["Task"]):
     def in_flight(self) -> TaskQuerySet:
         """Tasks held by an owner or an external executor."""
         return self.filter(state__in=IN_FLIGHT)
+
+    def rows(self, tasks: Iterable[Task]) -> TaskQuerySet:
+        """Exactly these tasks, by topic and sequence.
+
+        The topic lets PostgreSQL look only into the partitions of those topics when the
+        task table is partitioned (:mod:`django_tasks_coord.partitions`).
+        """
+        tasks = list(tasks)
+        return self.filter(
+            topic_id__in={task.topic_id for task in tasks}, pk__in=[task.pk for task in tasks]
+        )
 
     def completed(self) -> TaskQuerySet:
         """Tasks in any completed state (one range of ordinals)."""

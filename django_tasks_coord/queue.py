@@ -317,7 +317,7 @@ def _claim(
         if not tasks:
             return []
         now, exec_id = timezone.now(), uuid.uuid4()
-        Task.objects.using(using).filter(pk__in=[t.pk for t in tasks]).update(
+        Task.objects.using(using).rows(tasks).update(
             state=TaskState.ACTIVE,
             owner=owner,
             exec_id=exec_id,
@@ -395,12 +395,12 @@ def complete_many(tasks: Sequence[Task], decision: Decision | Result | str) -> l
         "finished_at": timezone.now(),
         "owner": None,
     }
-    claims: dict[uuid.UUID | None, set[int]] = {}
+    claims: dict[tuple[str, uuid.UUID | None], set[int]] = {}
     for task in tasks:
-        claims.setdefault(task.exec_id, set()).add(task.pk)
+        claims.setdefault((task.topic_id, task.exec_id), set()).add(task.pk)
     held = Q()
-    for exec_id, pks in claims.items():
-        held |= Q(pk__in=pks, exec_id=exec_id)
+    for (topic, exec_id), pks in claims.items():
+        held |= Q(topic_id=topic, pk__in=pks, exec_id=exec_id)
     using = db.alias()
     try:
         with db.write_transaction():
@@ -448,7 +448,7 @@ def release(
     using = db.alias()
     with db.write_transaction():
         held = Task.objects.using(using).filter(
-            pk=task.pk, state=TaskState.ACTIVE, exec_id=task.exec_id
+            topic_id=task.topic_id, pk=task.pk, state=TaskState.ACTIVE, exec_id=task.exec_id
         )
         if held.update(**changes) != 1:
             raise _claim_lost(task, "release")
@@ -467,7 +467,7 @@ def cancel(task: Task, message: str | None = None) -> Task:
         "owner": None,
         "message": message,
     }
-    if Task.objects.using(db.alias()).filter(pk=task.pk).not_completed().update(**changes) != 1:
+    if Task.objects.using(db.alias()).rows([task]).not_completed().update(**changes) != 1:
         raise state_error(task, "cancel", "not completed (PENDING, REQUESTED or ACTIVE)")
     for field, value in changes.items():
         setattr(task, field, value)

@@ -11,10 +11,10 @@ import time
 from typing import Any
 
 from django.db.models import F
-from django.db.models.signals import post_delete
+from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
-from django_tasks_coord import db
+from django_tasks_coord import db, partitions
 from django_tasks_coord.exceptions import InvalidArgumentError, UnknownTopicError
 from django_tasks_coord.models import Topic
 
@@ -60,6 +60,15 @@ known_topics = _KnownTopics()
 @receiver(post_delete, sender=Topic)
 def _forget_deleted_topic(sender: type[Topic], instance: Topic, **kwargs: Any) -> None:
     known_topics.discard(instance.name)
+
+
+@receiver(post_save, sender=Topic)
+def _partition_new_topic(
+    sender: type[Topic], instance: Topic, created: bool, using: str, **kwargs: Any
+) -> None:
+    """A new topic gets its partition of the task table (PostgreSQL, when partitioned)."""
+    if created:
+        partitions.ensure_partition(instance.name, using)
 
 
 def validate_topic_name(name: object) -> str:

@@ -240,7 +240,7 @@ class Node:
         """Record on leader-only runs the term they were claimed under (fencing)."""
         assert self.leadership is not None
         term = self.leadership.valid_term()
-        Task.objects.using(db.alias()).filter(pk__in=[t.pk for t in tasks]).update(term=term)
+        Task.objects.using(db.alias()).rows(tasks).update(term=term)
         for task in tasks:
             task.term = term
 

@@ -311,13 +311,15 @@ def count_plan(queryset) -> str:
 
 
 def leading_columns_of_used_indexes(plan: str) -> set[str]:
-    """The first column of every index of the task table that ``plan`` scans."""
+    """The first column of every index of the task table (or its partitions) that ``plan`` scans."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT i.relname, a.attname FROM pg_index x "
             "JOIN pg_class i ON i.oid = x.indexrelid "
             "JOIN pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = x.indkey[0] "
-            "WHERE x.indrelid = 'django_tasks_coord_task'::regclass"
+            "WHERE x.indrelid = 'django_tasks_coord_task'::regclass OR x.indrelid IN ("
+            "SELECT inhrelid FROM pg_inherits "
+            "WHERE inhparent = 'django_tasks_coord_task'::regclass)"
         )
         leading = dict(cursor.fetchall())
     used = re.findall(
