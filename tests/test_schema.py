@@ -5,6 +5,7 @@ from django.db import connection
 
 from django_tasks_coord import queue
 from django_tasks_coord.models import Task
+from tests.plans import explain
 
 pytestmark = pytest.mark.django_db
 
@@ -46,8 +47,7 @@ def test_the_claim_query_is_served_by_its_index(order, index):
         cursor.execute("SET LOCAL enable_seqscan = off")
         cursor.execute("SET LOCAL enable_bitmapscan = off")
         sql, params = qs.query.sql_with_params()
-        cursor.execute(f"EXPLAIN {sql}", params)
-        plan = "\n".join(row[0] for row in cursor.fetchall())
+        plan = explain(sql, params)
     assert f"tasks_coord_{index}" in plan
     assert "Sort" not in plan  # the index gives the order
 
@@ -86,7 +86,5 @@ def test_due_jobs_look_up_their_unfinished_run_by_identifier():
         .order_by("nextrun")[:500]
     )
     sql, params = qs.query.sql_with_params()
-    with connection.cursor() as cursor:
-        cursor.execute(f"EXPLAIN {sql}", params)
-        plan = "\n".join(row[0] for row in cursor.fetchall())
+    plan = explain(sql, params)
     assert "tasks_coord_unfinished" in plan
