@@ -76,6 +76,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 DB_NAME = "bench_scale"
+#: A second database kept at the smallest size: each measurement alternates runs on it and on
+#: the growing one, so that the ratios compare runs taken minutes apart at most.
+REF_NAME = "bench_scale_ref"
 URLS = {
     "postgres": f"postgres://root@127.0.0.1:5432/{DB_NAME}",
     "mysql": f"mysql://root@127.0.0.1:3306/{DB_NAME}",
@@ -161,6 +164,7 @@ def main() -> None:
             out.unlink(missing_ok=True)
             if not args.keep:
                 drop_database(vendor)
+                drop_database(vendor, REF_NAME)
     previous = RESULTS / "scale.json"
     if args.merge and previous.exists():
         kept = json.loads(previous.read_text())
@@ -210,25 +214,25 @@ def admin_connect(vendor: str) -> Any:
     )
 
 
-def drop_database(vendor: str) -> None:
+def drop_database(vendor: str, name: str = DB_NAME) -> None:
     conn = admin_connect(vendor)
     try:
         if vendor == "postgres":
-            conn.execute(f'DROP DATABASE IF EXISTS "{DB_NAME}" WITH (FORCE)')
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         else:
-            conn.cursor().execute(f"DROP DATABASE IF EXISTS `{DB_NAME}`")
+            conn.cursor().execute(f"DROP DATABASE IF EXISTS `{name}`")
     finally:
         conn.close()
 
 
-def create_fresh_database(vendor: str) -> None:
-    drop_database(vendor)
+def create_fresh_database(vendor: str, name: str = DB_NAME) -> None:
+    drop_database(vendor, name)
     conn = admin_connect(vendor)
     try:
         if vendor == "postgres":
-            conn.execute(f'CREATE DATABASE "{DB_NAME}"')
+            conn.execute(f'CREATE DATABASE "{name}"')
         else:
-            conn.cursor().execute(f"CREATE DATABASE `{DB_NAME}` CHARACTER SET utf8mb4")
+            conn.cursor().execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
     finally:
         conn.close()
 
@@ -239,14 +243,15 @@ def create_fresh_database(vendor: str) -> None:
 class Bench:
     """The data set and the measurements on one database (run in a child process)."""
 
-    def __init__(self, vendor: str, args: argparse.Namespace) -> None:
-        from django.db import connection
+    def __init__(self, vendor: str, args: argparse.Namespace, alias: str = "default") -> None:
+        from django.db import connections
 
         from django_tasks_coord.models import Task
 
         self.vendor = vendor
         self.args = args
-        self.conn = connection
+        self.alias = alias
+        self.conn = connections[alias]
         self.table = Task._meta.db_table
         self.history_max = 0  # the highest sequence of the completed history
         self.history_rows = 0
@@ -509,6 +514,12 @@ class Bench:
 
     def run_once(self) -> dict[str, Any]:
         """``--workers`` threads claim and complete ``--tasks`` tasks; throughput and latency."""
+        from benchmarks.common import on
+
+        with on(self.alias):
+            return self._run_once()
+
+    def _run_once(self) -> dict[str, Any]:
         from django.db import connections
 
         from django_tasks_coord import queue
@@ -749,26 +760,36 @@ def child(args: argparse.Namespace) -> None:
 
     vendor = args.child
     create_fresh_database(vendor)
+    create_fresh_database(vendor, REF_NAME)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+    from django.conf import settings
+
+    settings.DATABASES["reference"] = {**settings.DATABASES["default"], "NAME": REF_NAME}
     import django
 
     django.setup()
     from django.core.management import call_command
     from django.test.utils import setup_test_environment
 
+    from benchmarks.common import on
     from django_tasks_coord import definitions, queue
 
     setup_test_environment()  # the test client's host, as in benchmarks/admin.py
-    call_command("migrate", verbosity=0)
-    for name in TOPICS:
-        queue.register_topic(name)  # before their tasks: a partition per topic is made here
+    for alias in ("default", "reference"):
+        call_command("migrate", database=alias, verbosity=0)
+        with on(alias):
+            for name in TOPICS:
+                queue.register_topic(name)  # before its tasks: it makes the topic's partition
     definitions.define(EXEC_DEFINITION, requested_to_start_timeout=60, in_progress_timeout=600)
     definitions.sync()
     bench = Bench(vendor, args)
+    reference = Bench(vendor, args, "reference")
+    smallest = args.size_list[0]
     out: dict[str, Any] = {
         "server": bench.one("SELECT version()"),
         "settings": server_settings(bench),
         "schema": bench.schema(),
+        "reference": {"size": smallest, "build": reference.grow(smallest)},
         "sizes": {},
     }
     print(f"  schema: partitioned={out['schema']['partitioned']}", flush=True)
@@ -782,20 +803,36 @@ def child(args: argparse.Namespace) -> None:
             "load_before": load_average(),
         }
         print(f"    built in {build['total_s']} s; {entry['size']}", flush=True)
-        runs = []
+        runs, ref_runs = [], []
         for r in range(args.repeat):
-            run = bench.run_once()
-            runs.append(run)
-            refill_s = bench.refill()
-            print(
-                f"    run {r + 1}: {run['rate']:8.0f} tasks/s  claim p50 {run['p50_ms']:6.2f} ms  "
-                f"p99 {run['p99_ms']:6.2f} ms  (refill {refill_s:.1f} s; load {run['load']})",
-                flush=True,
-            )
-        entry["runs"] = runs
-        entry["rate"] = round(statistics.median(r["rate"] for r in runs), 1)
-        entry["p50_ms"] = round(statistics.median(r["p50_ms"] for r in runs), 2)
-        entry["p99_ms"] = round(statistics.median(r["p99_ms"] for r in runs), 2)
+            # Alternate which database goes first (ABBA...), so drift in load cancels out.
+            order = [(reference, ref_runs), (bench, runs)]
+            for which, into in order if r % 2 == 0 else order[::-1]:
+                run = which.run_once()
+                into.append(run)
+                refill_s = which.refill()
+                name = f"ref {human(smallest)}" if which is reference else human(size)
+                print(
+                    f"    run {r + 1} {name:>8}: {run['rate']:8.0f} tasks/s  claim p50 "
+                    f"{run['p50_ms']:6.2f} ms  p99 {run['p99_ms']:6.2f} ms  (refill "
+                    f"{refill_s:.1f} s; load {run['load']})",
+                    flush=True,
+                )
+        entry["runs"], entry["reference_runs"] = runs, ref_runs
+        for key, source in (("", runs), ("reference_", ref_runs)):
+            entry[f"{key}rate"] = round(statistics.median(r["rate"] for r in source), 1)
+            entry[f"{key}p50_ms"] = round(statistics.median(r["p50_ms"] for r in source), 2)
+            entry[f"{key}p99_ms"] = round(statistics.median(r["p99_ms"] for r in source), 2)
+        # Per round: how much worse than the reference run of the same round; then the median.
+        pairs = list(zip(ref_runs, runs, strict=True))
+        entry["vs_reference"] = {
+            "throughput_x_worse": round(
+                statistics.median(a["rate"] / b["rate"] for a, b in pairs), 2
+            ),
+            "p99_x_worse": round(statistics.median(b["p99_ms"] / a["p99_ms"] for a, b in pairs), 2),
+            "p50_x_worse": round(statistics.median(b["p50_ms"] / a["p50_ms"] for a, b in pairs), 2),
+        }
+        print(f"    against the reference: {entry['vs_reference']}", flush=True)
         entry["plans"] = bench.plans()
         entry["seq_scans"] = {
             name: sorted({t for plan in plans for t in plan["big_seq_scans"]})
@@ -827,21 +864,26 @@ def server_settings(bench: Bench) -> dict[str, Any]:
 # --- the report --------------------------------------------------------------------------------
 
 
-def ratios(sizes: dict[str, Any]) -> dict[str, Any] | None:
-    """Largest size against smallest: throughput (small / large) and p99 (large / small)."""
-    if len(sizes) < 2:
+def ratios(result: dict[str, Any]) -> dict[str, Any] | None:
+    """The largest size against the reference database (the smallest size), per round.
+
+    Also the plain ratio of the medians of the smallest and the largest size, which were
+    measured minutes to an hour apart (noisier on a shared machine)."""
+    sizes = result["sizes"]
+    if not sizes:
         return None
     keys = sorted(sizes, key=int)
     small, large = sizes[keys[0]], sizes[keys[-1]]
-    slower = small["rate"] / large["rate"]
-    p99 = large["p99_ms"] / small["p99_ms"]
+    vs = large["vs_reference"]
     return {
-        "small": int(keys[0]),
+        "small": int(result.get("reference", {}).get("size", keys[0])),
         "large": int(keys[-1]),
-        "throughput_x_worse": round(slower, 2),
-        "p99_x_worse": round(p99, 2),
-        "p50_x_worse": round(large["p50_ms"] / small["p50_ms"], 2),
-        "met": slower <= TARGET_RATIO and p99 <= TARGET_RATIO,
+        **vs,
+        "met": vs["throughput_x_worse"] <= TARGET_RATIO and vs["p99_x_worse"] <= TARGET_RATIO,
+        "across_sizes": {
+            "throughput_x_worse": round(small["rate"] / large["rate"], 2),
+            "p99_x_worse": round(large["p99_ms"] / small["p99_ms"], 2),
+        },
     }
 
 
@@ -869,7 +911,11 @@ def markdown(document: dict[str, Any]) -> str:
         f"`queue.complete_many` until {meta['tasks']:,} tasks are done. Throughput = tasks / "
         "wall time; claim latency = the time of each `queue.poll` call. Figures: medians of "
         f"{meta['repeat']} runs; between runs the completed tasks are deleted, as many fresh "
-        "pending ones inserted and the table analyzed. Target: at the largest size, "
+        "pending ones inserted and the table analyzed (PostgreSQL: `VACUUM ANALYZE`). A "
+        "second database, the *reference*, stays at the smallest size; every run on the "
+        "growing database is paired with one on the reference (taken in turns, ABBA), and "
+        "the ratios are medians of the per-pair ratios: the machine is shared and its load "
+        "changes over the hour the sizes take to build. Target: at the largest size, "
         f"throughput and p99 no more than {TARGET_RATIO}x worse than at the smallest, and no "
         "sequential scan of the task table.",
         "",
@@ -887,10 +933,12 @@ def markdown(document: dict[str, Any]) -> str:
             "",
             f"{result['server']}; task table {part}; settings {json.dumps(result['settings'])}.",
             "",
-            "| completed tasks | build s (history + queue + indexes + analyze) | table + indexes MB | "
-            "claim+complete tasks/s | claim p50 ms | claim p99 ms | runs (tasks/s) | "
-            f"seq scans of the task table (>= {SMALL_ROWS:,} rows) | load before -> after |",
-            "| ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |",
+            "| completed tasks | claim+complete tasks/s | claim p50 ms | claim p99 ms | "
+            f"reference ({human(result.get('reference', {}).get('size', 0))}) in the same "
+            "rounds: tasks/s, p50, p99 | x worse than the reference: throughput, p99 (p50) | "
+            f"seq scans of the task table (>= {SMALL_ROWS:,} rows) | runs (tasks/s) | build s "
+            "(history + queue + indexes + analyze) | table + indexes MB | load before -> after |",
+            "| ---: | ---: | ---: | ---: | --- | --- | --- | --- | ---: | ---: | --- |",
         ]
         sizes = result["sizes"]
         for key in sorted(sizes, key=int):
@@ -898,21 +946,28 @@ def markdown(document: dict[str, Any]) -> str:
             build, size = entry["build"], entry["size"]
             scans = sorted({t for v in entry["seq_scans"].values() for t in v})
             runs = ", ".join(f"{r['rate']:,.0f}" for r in entry["runs"])
+            vs = entry["vs_reference"]
             lines.append(
-                f"| {int(key):,} | {build['total_s']} ({build['history_s']} + "
-                f"{build['pending_s']} + {build.get('indexes_s', 0)} + {build['analyze_s']}) | {size['table_mb']:,} + "
-                f"{size['indexes_mb']:,} | {entry['rate']:,.0f} | {entry['p50_ms']} | "
-                f"{entry['p99_ms']} | {runs} | {', '.join(scans) or 'none'} | "
-                f"{entry['load_before']} -> {entry['load_after']} |"
+                f"| {int(key):,} | {entry['rate']:,.0f} | {entry['p50_ms']} | {entry['p99_ms']} | "
+                f"{entry['reference_rate']:,.0f}, {entry['reference_p50_ms']}, "
+                f"{entry['reference_p99_ms']} | {vs['throughput_x_worse']}x, {vs['p99_x_worse']}x "
+                f"({vs['p50_x_worse']}x) | {', '.join(scans) or 'none'} | {runs} | "
+                f"{build['total_s']} ({build['history_s']} + {build['pending_s']} + "
+                f"{build.get('indexes_s', 0)} + {build['analyze_s']}) | {size['table_mb']:,} + "
+                f"{size['indexes_mb']:,} | {entry['load_before']} -> {entry['load_after']} |"
             )
-        r = ratios(sizes)
+        r = ratios(result)
         if r:
+            across = r["across_sizes"]
             lines += [
                 "",
-                f"{human(r['large'])} against {human(r['small'])}: throughput "
-                f"{r['throughput_x_worse']}x worse, p99 claim latency {r['p99_x_worse']}x worse "
-                f"(p50 {r['p50_x_worse']}x); target <= {TARGET_RATIO}x: "
-                f"{'met' if r['met'] else '**missed**'}.",
+                f"**{human(r['large'])} against {human(r['small'])}** (median of per-round "
+                f"ratios against the reference): throughput {r['throughput_x_worse']}x worse, "
+                f"p99 claim latency {r['p99_x_worse']}x worse (p50 {r['p50_x_worse']}x); "
+                f"target <= {TARGET_RATIO}x: {'met' if r['met'] else '**missed**'}. Medians of "
+                f"the {human(r['large'])} rows against those of the smallest size's rows, "
+                f"measured at another time: throughput {across['throughput_x_worse']}x, p99 "
+                f"{across['p99_x_worse']}x.",
             ]
         # Verdicts: query x size.
         keys = sorted(sizes, key=int)
