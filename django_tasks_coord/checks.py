@@ -76,6 +76,9 @@ def _setting_problems(values: dict[str, Any]) -> list[str]:
         value = values[key]
         if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
             problems.append(f"{key} must be a positive number of seconds, not {value!r}.")
+    batch = values["RETENTION_BATCH_SIZE"]
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        problems.append(f"RETENTION_BATCH_SIZE must be an int of at least 1, not {batch!r}.")
     node_values = {
         key.lower(): values[key]
         for key in (
@@ -88,6 +91,7 @@ def _setting_problems(values: dict[str, Any]) -> list[str]:
             "REAP_INTERVAL",
             "HEARTBEAT_FREQUENCY",
             "LIVENESS_INTERVAL",
+            "RETENTION_INTERVAL",
         )
     }
     try:

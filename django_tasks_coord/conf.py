@@ -55,6 +55,11 @@ DEFAULTS: dict[str, Any] = {
     "PARTITION_TASKS": True,
     # The `task_pretty` database view (state names instead of ordinals), kept by migrate.
     "TASK_PRETTY_VIEW": True,
+    # runscheduler: seconds between a node's retention passes (topic retention policies,
+    # django_tasks_coord.retention); 0: the node applies none (call retention.apply() yourself).
+    "RETENTION_INTERVAL": 60.0,
+    # Retention: tasks deleted per batch, each batch a short transaction of its own.
+    "RETENTION_BATCH_SIZE": 1000,
     # HTTP API: the longest wait (seconds) a long-poll may ask for.
     "LONG_POLL_MAX_TIMEOUT": 60.0,
     # HTTP API: seconds between a waiting long-poll's checks where no NOTIFY wakes it.

@@ -52,6 +52,7 @@ from django_tasks_coord.exceptions import (
 from django_tasks_coord.maintenance import count, purge, resolve
 from django_tasks_coord.models import Owner, Task, Topic
 from django_tasks_coord.owners import expire, heartbeat, register_owner, unregister_owner
+from django_tasks_coord.retention import set_policy as set_retention
 from django_tasks_coord.revival import junction, recreate, reset
 from django_tasks_coord.topics import (
     TopicRef,
@@ -101,6 +102,7 @@ __all__ = [
     "reset",
     "resolve",
     "resume_topic",
+    "set_retention",
     "unregister_owner",
 ]
 

@@ -1,4 +1,4 @@
-"""Topics: queue depth by state, oldest pending age, paused flag; pause and resume."""
+"""Topics: queue depth by state, oldest pending age, paused flag; pause and resume; retention."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
-from django_tasks_coord import queue
+from django_tasks_coord import queue, retention
 from django_tasks_coord.admin.base import ServiceActionsAdmin, age, run_service
 from django_tasks_coord.enums import IN_FLIGHT, TaskState
 from django_tasks_coord.models import Task, Topic
@@ -40,9 +40,19 @@ def task_list_url(**params: Any) -> str:
     return f"{url}?{urlencode(params)}" if params else url
 
 
+#: The fields of a topic that the admin edits: its retention policy.
+RETENTION_FIELDS = (
+    "keep_completed_days",
+    "keep_completed_rows",
+    "keep_failed_days",
+    "keep_failed_rows",
+)
+
+
 @admin.register(Topic)
 class TopicAdmin(ServiceActionsAdmin):
-    """Topics with their backlog; pause and resume them (every node stops within one poll)."""
+    """Topics with their backlog; pause and resume them (every node stops within one poll);
+    edit their retention policy (users with ``change_topic``)."""
 
     list_display = (
         "name",
@@ -57,6 +67,32 @@ class TopicAdmin(ServiceActionsAdmin):
     actions = ("pause", "resume")
     object_actions = ("pause", "resume")
     readonly_fields = ("name", "paused", "consecutive_failures", "created_at", "tasks_by_state")
+    fieldsets = (
+        (None, {"fields": readonly_fields}),
+        (
+            _("Retention"),
+            {
+                "fields": (
+                    ("keep_completed_days", "keep_completed_rows"),
+                    ("keep_failed_days", "keep_failed_rows"),
+                ),
+                "description": _(
+                    "Nodes delete finished tasks past these limits in small batches; empty: "
+                    "keep for ever. Completed: succeeded, filtered, canceled and redundant "
+                    "tasks. Suspended and unfinished tasks are never deleted."
+                ),
+            },
+        ),
+    )
+
+    def has_change_permission(self, request: HttpRequest, obj: Topic | None = None) -> bool:
+        """``django_tasks_coord.change_topic``: only the retention fields are editable."""
+        return admin.ModelAdmin.has_change_permission(self, request, obj)
+
+    def save_model(self, request: HttpRequest, obj: Topic, form: Any, change: bool) -> None:
+        """Write the retention limits through ``retention.set_policy`` (an update of those
+        columns only: a pause or a failure count written meanwhile is kept)."""
+        retention.set_policy(obj, **{name: form.cleaned_data[name] for name in RETENTION_FIELDS})
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Topic]:
         tasks = Task.objects.filter(topic_id=OuterRef("name"))

@@ -18,9 +18,10 @@ from django.utils.module_loading import autodiscover_modules
 
 from django_tasks_coord import db, topics
 from django_tasks_coord.backends.backend import DatabaseBackend, coord_backends
-from django_tasks_coord.enums import COMPLETED_MAX, COMPLETED_MIN
+from django_tasks_coord.enums import COMPLETED_MAX, COMPLETED_MIN, TaskState
 from django_tasks_coord.handlers import registry
 from django_tasks_coord.models import Task as TaskRow
+from django_tasks_coord.retention import delete_finished
 
 logger = logging.getLogger(__name__)
 
@@ -65,28 +66,31 @@ def prune_results(
     Only completed tasks (succeeded, failed, cancelled...) of the backends' queues whose
     ``finished_at`` is older go, in batches of :data:`PRUNE_BATCH` rows; waiting and
     running tasks are never touched. Returns the rows deleted (with ``dry_run``: that
-    would be) per backend alias; a backend without a retention is skipped.
+    would be) per backend alias; a backend without a retention is skipped. Each batch is
+    deleted like topic retention's (:func:`django_tasks_coord.retention.delete_finished`):
+    one topic at a time, in a transaction of its own, rows held by other transactions
+    skipped.
     """
     counts: dict[str, int] = {}
     for backend in coord_backends() if backends is None else backends:
         retention = older_than if older_than is not None else backend.result_retention
         if retention is None:
             continue
-        old = TaskRow.objects.using(db.alias()).filter(
-            topic_id__in=backend.topics(),
-            state__gte=COMPLETED_MIN,
-            state__lte=COMPLETED_MAX,
-            finished_at__lt=timezone.now() - retention,
-        )
+        cutoff = timezone.now() - retention
         if dry_run:
+            old = TaskRow.objects.using(db.alias()).filter(
+                topic_id__in=backend.topics(),
+                state__gte=COMPLETED_MIN,
+                state__lte=COMPLETED_MAX,
+                finished_at__lt=cutoff,
+            )
             counts[backend.alias] = old.count()
             continue
         deleted = 0
-        while True:
-            pks = list(old.order_by("pk").values_list("pk", flat=True)[:PRUNE_BATCH])
-            if not pks:
-                break
-            deleted += TaskRow.objects.using(db.alias()).filter(pk__in=pks).delete()[0]
+        for topic in backend.topics():
+            deleted += delete_finished(
+                topic, TaskState.completed_states(), before=cutoff, batch_size=PRUNE_BATCH
+            )
         counts[backend.alias] = deleted
         if deleted:
             logger.info("Pruned %s result(s) of task backend %r.", deleted, backend.alias)

@@ -7,8 +7,9 @@ frees the tasks of dead nodes, and stops cleanly. The loop only talks to the
 database through :mod:`django_tasks_coord.queue` and :mod:`django_tasks_coord.owners`.
 
 Threads: the dispatcher (the caller of :meth:`Node.run`), ``WORKERS`` workers, the
-completer (batches completions), the lifeline (heartbeat, reaper, status line) and,
-on PostgreSQL, the listener (LISTEN/NOTIFY wake-ups).
+completer (batches completions), the lifeline (heartbeat, reaper, status line), the
+retention housekeeper (:class:`~django_tasks_coord.retention.Housekeeper`) and, on
+PostgreSQL, the listener (LISTEN/NOTIFY wake-ups).
 """
 
 from __future__ import annotations
@@ -487,6 +488,12 @@ class Node:
             self._side_threads.append(scheduler)
         if self.config.listen_notify and listen_supported(db.alias()):
             self._side_threads.append(Listener(db.alias(), self.wake, self._stopping))
+        if self.config.retention_interval:  # its own thread: a pass never delays a heartbeat
+            from django_tasks_coord.retention import Housekeeper
+
+            self._side_threads.append(
+                Housekeeper(self.config.retention_interval, self._stopping, node=self.node_id)
+            )
         for thread in self._side_threads:
             thread.start()
 

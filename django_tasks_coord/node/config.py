@@ -25,6 +25,7 @@ class NodeConfig:
     reap_interval: float
     heartbeat_frequency: float
     liveness_interval: float
+    retention_interval: float = 60.0
     scheduler: bool = True
     group: str | None = None
     burst: bool = False
@@ -60,7 +61,7 @@ class NodeConfig:
                 raise ConfigurationError(
                     f"{name.upper()} must be a positive number of seconds, not {value!r}."
                 )
-        for name in ("shutdown_max_wait", "status_interval"):
+        for name in ("shutdown_max_wait", "status_interval", "retention_interval"):
             value = getattr(self, name)
             if not isinstance(value, int | float) or value < 0:
                 raise ConfigurationError(

@@ -127,8 +127,67 @@ def test_operator_may_pause(operator_client, busy):
     assert Topic.objects.get(pk="mail").paused
 
 
-def test_topics_cannot_be_added_edited_or_deleted_here(admin_client, busy):
+def test_topics_cannot_be_added_or_deleted_here_and_only_retention_is_edited(admin_client, busy):
     assert admin_client.get(reverse("admin:django_tasks_coord_topic_add")).status_code == 403
-    assert admin_client.post(change_url(busy), {"paused": "on"}).status_code == 403
+    admin_client.post(change_url(busy), {"paused": "on", "consecutive_failures": "9"})
+    busy.refresh_from_db()
+    assert (busy.paused, busy.consecutive_failures) == (False, 0)  # read-only: pause is an action
     delete = reverse("admin:django_tasks_coord_topic_delete", args=[busy.pk])
     assert admin_client.post(delete, {"post": "yes"}).status_code == 403
+
+
+def test_the_retention_policy_is_edited_in_its_own_fieldset(admin_client, busy):
+    response = admin_client.get(change_url(busy))
+    html = response.content.decode()
+    assert "<h2" in html and "Retention" in html
+    for name in (
+        "keep_completed_days",
+        "keep_completed_rows",
+        "keep_failed_days",
+        "keep_failed_rows",
+    ):
+        assert f'name="{name}"' in html
+    response = admin_client.post(
+        change_url(busy),
+        {
+            "keep_completed_days": "7",
+            "keep_completed_rows": "",
+            "keep_failed_days": "30",
+            "keep_failed_rows": "1000",
+        },
+    )
+    assert response.status_code == 302, response.content.decode()
+    busy.refresh_from_db()
+    assert (
+        busy.keep_completed_days,
+        busy.keep_completed_rows,
+        busy.keep_failed_days,
+        busy.keep_failed_rows,
+    ) == (7, None, 30, 1000)
+    assert LogEntry.objects.filter(object_id=busy.pk).exists()
+
+
+def test_saving_the_policy_keeps_a_pause_made_meanwhile(admin_client, busy):
+    """Only the four limits are written: the form's stale copy of the topic does not undo a
+    pause (or a failure count) written since the page was loaded."""
+    admin_client.get(change_url(busy))
+    queue.pause_topic(busy)
+    Topic.objects.filter(pk=busy.pk).update(consecutive_failures=4)
+    admin_client.post(change_url(busy), {"keep_completed_days": "1"})
+    busy.refresh_from_db()
+    assert (busy.paused, busy.consecutive_failures, busy.keep_completed_days) == (True, 4, 1)
+
+
+def test_the_policy_needs_the_change_permission(operator_client, busy):
+    html = operator_client.get(change_url(busy)).content.decode()
+    assert 'name="keep_completed_days"' not in html  # shown read-only
+    response = operator_client.post(change_url(busy), {"keep_completed_days": "1"})
+    assert response.status_code == 403
+    busy.refresh_from_db()
+    assert busy.keep_completed_days is None
+
+
+def test_negative_limits_are_refused_by_the_form(admin_client, busy):
+    response = admin_client.post(change_url(busy), {"keep_failed_rows": "-1"})
+    assert response.status_code == 200  # the form again, with the error
+    assert response.context["adminform"].form.errors["keep_failed_rows"]
