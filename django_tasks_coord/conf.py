@@ -37,6 +37,12 @@ DEFAULTS: dict[str, Any] = {
     "TOPICS": None,
     # runscheduler: seconds between polls when idle (and between checks of paused topics).
     "POLL_INTERVAL": 1.0,
+    # runscheduler: idle back-off. While a node finds nothing to do, the dispatcher's and the
+    # scheduler's safety-net polls wait POLL_INTERVAL, then twice that after each idle round,
+    # up to this many seconds; any work resets it. The latency it costs: on MariaDB/MySQL and
+    # SQLite, work announced by another process (a push, a new schedule) starts up to this
+    # late; on PostgreSQL NOTIFY wakes nodes at once. POLL_INTERVAL or less: no back-off.
+    "MAX_POLL_INTERVAL": 5.0,
     # runscheduler: on PostgreSQL, wake up on NOTIFY instead of waiting for the next poll.
     "LISTEN_NOTIFY": True,
     # runscheduler: seconds running tasks get to finish after SIGTERM before they are released.

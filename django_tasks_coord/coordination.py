@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import DatabaseError, IntegrityError, OperationalError
-from django.db.models import DurationField, ExpressionWrapper, F, QuerySet
+from django.db.models import DurationField, ExpressionWrapper, F, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Now
 
 from django_tasks_coord import db
@@ -176,17 +176,24 @@ def lease(group: str, liveness: timedelta) -> Lease | None:
     ``liveness``, not ``liveness`` plus up to one heartbeat.
     """
     using = db.alias()
-    holder = TokenHolder.objects.using(using).filter(group_id=group).first()
-    if holder is None:
-        return None
-    if not holder.task_id:
-        return Lease(node_id="", term=holder.term, seconds_left=0.0)
-    age = (
-        _membership(group, holder.task_id)
+    holder_age = (
+        HealthCheck.objects.using(using)
+        .filter(group_id=group, task_id=OuterRef("task_id"))
         .annotate(age=ExpressionWrapper(Now() - F("last_heartbeat"), output_field=DurationField()))
-        .values_list("age", flat=True)
+        .values("age")[:1]
+    )
+    row = (  # one statement: the token and its holder's heartbeat age
+        TokenHolder.objects.using(using)
+        .filter(group_id=group)
+        .annotate(age=Subquery(holder_age, output_field=DurationField()))
+        .values_list("task_id", "term", "age")
         .first()
     )
+    if row is None:
+        return None
+    holder_id, term, age = row
+    if not holder_id:
+        return Lease(node_id="", term=term, seconds_left=0.0)
     # Clamped: SQLite's clock has millisecond precision, so a heartbeat written an instant
     # ago can look a fraction of a millisecond into the future.
     left = (
@@ -194,7 +201,7 @@ def lease(group: str, liveness: timedelta) -> Lease | None:
         if age is None
         else min(max((liveness - age).total_seconds(), 0.0), liveness.total_seconds())
     )
-    return Lease(node_id=holder.task_id, term=holder.term, seconds_left=left)
+    return Lease(node_id=holder_id, term=term, seconds_left=left)
 
 
 def release(group: str, node_id: str) -> bool:

@@ -33,6 +33,7 @@ from django_tasks_coord.enums import Decision, Result, TaskState, WaitingPolicy
 from django_tasks_coord.exceptions import OwnerExpiredError, TasksCoordError
 from django_tasks_coord.handlers import HandlerNotFoundError, Registry, TaskType, registry
 from django_tasks_coord.models import Owner, Task, Topic
+from django_tasks_coord.node.backoff import IdleBackoff
 from django_tasks_coord.node.completer import Completer
 from django_tasks_coord.node.config import NodeConfig
 from django_tasks_coord.node.leadership import Leadership
@@ -92,12 +93,17 @@ class Node:
         self._pool: WorkerPool | None = None
         self._completer: Completer | None = None
         self._side_threads: list[threading.Thread] = []
+        self._listener: Listener | None = None
+        #: Idle back-off of the dispatcher's polls (see :meth:`_idle_wait`).
+        self._claim_backoff = IdleBackoff(config.poll_interval, config.max_poll_interval)
 
     # --- lifecycle ----------------------------------------------------------------------
 
     def run(self) -> int:
         """Run until stopped (or, with ``burst``, until nothing is due). Returns an exit code."""
         self.owner = owners.register_owner(self.config.node_id)
+        # Where the database has no NOTIFY, this process's own commits still wake this node.
+        db.add_local_listener(self.wake)
         logger.info(
             "Node %s started: %s workers, topics %s.",
             self.owner.name,
@@ -131,6 +137,7 @@ class Node:
             liveness=self.config.liveness_interval,
             heartbeat=self.config.heartbeat_frequency,
             on_change=self._leadership_changed,
+            notified=self._notified,
         )
         self.leadership.start()
 
@@ -185,6 +192,8 @@ class Node:
         if topic == SCHEDULE_CHANGED:
             self._schedule_changed.set()
         elif topic is not None and topic.startswith(RELEASED):
+            if self.leadership is not None:
+                self.leadership.forget_lease()  # read the token again at the next beat
             self._lifeline_wake.set()  # a token was released: try to take it now
         elif topic is None or topic in self._topics:
             self._wakeup.set()
@@ -207,9 +216,15 @@ class Node:
             if self.config.burst and not claimed and self.in_flight == 0 and self._completer_idle():
                 logger.info("Burst mode: nothing is due, exiting.")
                 return
-            if claimed and self.in_flight < self.capacity:
-                continue
-            self._wakeup.wait(self._idle_timeout())
+            if claimed or self.in_flight:
+                self._claim_backoff.reset()  # busy: look for more every POLL_INTERVAL
+                if claimed and self.in_flight < self.capacity:
+                    continue
+                timeout = self._idle_timeout()
+            else:
+                timeout = self._idle_timeout()
+                self._claim_backoff.idle()  # idle: the next wait is longer, up to the cap
+            self._wakeup.wait(timeout)
 
     def _claim_round(self) -> int:
         """Claim due tasks of every topic (fairly, round-robin) up to the free capacity."""
@@ -461,9 +476,24 @@ class Node:
             )
             self._release(tasks, refund_attempt=True)
 
+    def _notified(self) -> bool:
+        """Whether NOTIFY wakes this node now (PostgreSQL, its listener connected)."""
+        return self._listener is not None and self._listener.listening.is_set()
+
+    def _idle_wait(self, backoff: IdleBackoff) -> float:
+        """Seconds an idle loop waits for a wake-up before it polls anyway.
+
+        ``backoff``'s current wait (``POLL_INTERVAL`` doubled per idle round, up to
+        ``MAX_POLL_INTERVAL``), except on PostgreSQL while the LISTEN connection is
+        down: then nothing would wake the node, and it polls every ``POLL_INTERVAL``.
+        """
+        if self._listener is not None and not self._notified():
+            return self.config.poll_interval
+        return backoff.wait
+
     def _idle_timeout(self) -> float:
-        """Seconds to sleep: until the next delayed task is due, at most one poll interval."""
-        timeout = self.config.poll_interval
+        """Seconds to sleep: until the next delayed task is due, at most :meth:`_idle_wait`."""
+        timeout = self._idle_wait(self._claim_backoff)
         if self.in_flight >= self.capacity or not self._topics:
             return timeout
         pending = Task.objects.using(db.alias()).filter(
@@ -487,7 +517,8 @@ class Node:
             )
             self._side_threads.append(scheduler)
         if self.config.listen_notify and listen_supported(db.alias()):
-            self._side_threads.append(Listener(db.alias(), self.wake, self._stopping))
+            self._listener = Listener(db.alias(), self.wake, self._stopping)
+            self._side_threads.append(self._listener)
         if self.config.retention_interval:  # its own thread: a pass never delays a heartbeat
             from django_tasks_coord.retention import Housekeeper
 
@@ -559,27 +590,49 @@ class Node:
                 self._status_line()
 
     def _schedule_loop(self) -> None:
-        """Submit due job slots; sleep until the next one is due or a schedule changes."""
+        """Submit due job slots; sleep until the next one is due or a schedule changes.
+
+        Submitting (``submit_due``, which locks the due rows) happens only when a slot's
+        time came, a schedule changed (NOTIFY, or a commit of this process), or at the
+        start. The waits in between are capped by the idle back-off (:meth:`_idle_wait`),
+        a safety net for changes nobody announced (MariaDB/MySQL and SQLite have no
+        NOTIFY): such a wake only reads when the next job is due (``next_due``).
+        """
         from django_tasks_coord.scheduling import scheduler
         from django_tasks_coord.scheduling.runner import JOBS_TOPIC
 
         assert self.owner is not None
+        backoff = IdleBackoff(self.config.poll_interval, self.config.max_poll_interval)
+        submit = True
         while not self._stopping.is_set():
+            changed = self._schedule_changed.is_set()
             self._schedule_changed.clear()
             timeout = self.config.poll_interval
+            failed = False
             try:
-                if scheduler.submit_due(self.owner.name):
+                if (submit or changed) and scheduler.submit_due(self.owner.name):
                     self.wake(JOBS_TOPIC)
+                    changed = True
                 next_due = scheduler.next_due()
             except DatabaseError as exc:
                 logger.warning("Scheduling failed (%s); retrying in %ss.", exc, timeout)
                 connections[db.alias()].close()
-                next_due = None
-            if next_due is not None:
-                timeout = min(timeout, max((next_due - timezone.now()).total_seconds(), 0.0))
-            self._schedule_changed.wait(timeout)
+                next_due, failed = None, True
+            if changed:
+                backoff.reset()
+            if not failed:
+                timeout = self._idle_wait(backoff)
+            due_in = None if next_due is None else (next_due - timezone.now()).total_seconds()
+            # Submit next time only if that time is a slot's (or a change wakes the loop).
+            submit = failed or (due_in is not None and due_in <= timeout)
+            if due_in is not None:
+                timeout = min(timeout, max(due_in, 0.0))
+            if not self._schedule_changed.wait(timeout) and not submit:
+                backoff.idle()
 
     def _status_line(self) -> None:
+        if not logger.isEnabledFor(logging.INFO):
+            return  # nobody reads it: spare the database the count
         depth = Task.objects.using(db.alias()).filter(topic_id__in=self._topics).due().count()
         logger.info(
             "processed=%s failed=%s retried=%s in_flight=%s queue_depth=%s",
@@ -638,6 +691,7 @@ class Node:
             self.stats["retried"],
             extra={"node": self.node_id, **self.stats},
         )
+        db.remove_local_listener(self.wake)
         connections.close_all()
 
     def _release(self, tasks: list[Task], *, refund_attempt: bool) -> None:

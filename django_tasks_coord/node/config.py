@@ -29,6 +29,8 @@ class NodeConfig:
     scheduler: bool = True
     group: str | None = None
     burst: bool = False
+    #: Idle back-off cap (``MAX_POLL_INTERVAL``); at most ``poll_interval``: no back-off.
+    max_poll_interval: float = 5.0
 
     @classmethod
     def from_settings(cls, **overrides: Any) -> NodeConfig:
@@ -67,6 +69,13 @@ class NodeConfig:
                 raise ConfigurationError(
                     f"{name.upper()} must be a non-negative number of seconds, not {value!r}."
                 )
+        if isinstance(self.max_poll_interval, bool) or not (
+            isinstance(self.max_poll_interval, int | float) and self.max_poll_interval > 0
+        ):
+            raise ConfigurationError(
+                "MAX_POLL_INTERVAL must be a positive number of seconds, "
+                f"not {self.max_poll_interval!r}."
+            )
         if self.heartbeat_frequency * 2 > self.liveness_interval:
             raise ConfigurationError(
                 f"LIVENESS_INTERVAL ({self.liveness_interval}s) must be at least twice "

@@ -1,7 +1,8 @@
 """A node's role in its coordination group (warm backup), refreshed by the lifeline thread.
 
 Every heartbeat the node refreshes its ``health_check`` row and tries to take (or
-keep) the group's token. If it cannot reach the database it steps down by itself
+keep) the group's token. A standby reads the token only when the holder's lease may
+have run out, while NOTIFY would tell it of a release (PostgreSQL, listening). If it cannot reach the database it steps down by itself
 once its own lease would have expired, a heartbeat *before* a standby may take over,
 so two nodes never both believe they lead.
 """
@@ -33,6 +34,7 @@ class Leadership:
         liveness: float,
         heartbeat: float,
         on_change: Callable[[int | None], None],
+        notified: Callable[[], bool] = lambda: False,
     ) -> None:
         self.group, self.node_id = group, node_id
         self.liveness, self.heartbeat = liveness, heartbeat
@@ -42,6 +44,10 @@ class Leadership:
         #: Seconds after the last beat at which the holder's lease runs out, when that
         #: comes before the next regular beat: the lifeline beats again right then.
         self.retry_in: float | None = None
+        #: Whether a release of the token would wake this node now (NOTIFY).
+        self.notified = notified
+        #: When (monotonic) the lease of another holder, as last read, runs out.
+        self._lease_ends: float | None = None
 
     def start(self) -> None:
         """Join the group (the first election happens at the first :meth:`beat`)."""
@@ -63,17 +69,30 @@ class Leadership:
 
         The token is read without a lock; it is locked (:func:`coordination.try_acquire`)
         only when a takeover is possible, so a healthy group takes no row lock at all.
+        A standby that read another node's lease does not read the token again until
+        that lease may have run out, as long as :attr:`notified` holds (a release
+        would wake it, :meth:`forget_lease`): the holder's heartbeat only pushes the
+        end further away, and a takeover by a third node changes nothing for it.
         """
         liveness = timedelta(seconds=self.liveness)
         self.retry_in = None
+        started = time.monotonic()
         try:
             if not coordination.heartbeat(self.group, self.node_id):
                 coordination.join(self.group, self.node_id)
+            ends = self._lease_ends
+            if self._term is None and ends is not None and started < ends and self.notified():
+                if ends - started < self.heartbeat:
+                    self.retry_in = ends - started
+                self._last_success = time.monotonic()
+                return
+            self._lease_ends = None
             lease = coordination.lease(self.group, liveness)
             if lease is not None and lease.node_id == self.node_id:
                 term: int | None = lease.term
             elif lease is not None and lease.seconds_left > 0:
                 term = None
+                self._lease_ends = started + lease.seconds_left
                 if lease.seconds_left < self.heartbeat:
                     self.retry_in = lease.seconds_left
             else:
@@ -88,6 +107,10 @@ class Leadership:
             raise
         self._last_success = time.monotonic()
         self._set(term, "another node holds the token now")
+
+    def forget_lease(self) -> None:
+        """The token changed hands (a release was announced): read it at the next beat."""
+        self._lease_ends = None
 
     def stop(self) -> None:
         """Release the token (standbys take over at once) and leave the group."""

@@ -126,6 +126,8 @@ def submit_due(node: str = "", now: datetime | None = None, limit: int = 500) ->
             .order_by("nextrun")
             .select_for_update(**db.lock_kwargs(conn))[:limit]
         )
+        if not due:
+            return []
         planned = [(job, _plan_job(job, now)) for job in due]
         runs = [task for _, tasks in planned for task in tasks]
         try:

@@ -1,0 +1,387 @@
+"""What an idle node sends to the database: back-off, the scheduler's sleep, the lease reads.
+
+The loops run in this thread against fake events and a fake clock: a wait returns at once
+and moves the clock by its timeout, so no test sleeps to let time pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import datetime, timedelta
+from types import SimpleNamespace
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from django_tasks_coord import coordination, db, queue
+from django_tasks_coord.coordination import Lease
+from django_tasks_coord.exceptions import ConfigurationError
+from django_tasks_coord.node import Node, NodeConfig
+from django_tasks_coord.node import leadership as leadership_module
+from django_tasks_coord.node.backoff import IdleBackoff
+from django_tasks_coord.node.leadership import Leadership
+from django_tasks_coord.scheduling import scheduler
+
+# --- the back-off itself --------------------------------------------------------------------
+
+
+def test_backoff_doubles_up_to_the_cap_and_work_resets_it():
+    backoff = IdleBackoff(1.0, 5.0)
+    waits = []
+    for _ in range(5):
+        waits.append(backoff.wait)
+        backoff.idle()
+    assert waits == [1.0, 2.0, 4.0, 5.0, 5.0]
+    backoff.reset()
+    assert backoff.wait == 1.0
+
+
+@pytest.mark.parametrize("cap", [1.0, 0.5])
+def test_a_cap_of_the_poll_interval_or_less_turns_the_backoff_off(cap):
+    backoff = IdleBackoff(1.0, cap)
+    for _ in range(3):
+        backoff.idle()
+    assert backoff.wait == 1.0
+
+
+def test_max_poll_interval_must_be_a_positive_number():
+    base = dict(
+        node_id=None,
+        workers=1,
+        buffer=0,
+        batch_size=1,
+        topics=None,
+        poll_interval=1.0,
+        listen_notify=True,
+        shutdown_max_wait=1.0,
+        status_interval=0,
+        reap_interval=5.0,
+        heartbeat_frequency=1.0,
+        liveness_interval=30.0,
+    )
+    NodeConfig(**base, max_poll_interval=0.5).validate()  # below POLL_INTERVAL: no back-off
+    for bad in (0, -1.0, "5", True):
+        with pytest.raises(ConfigurationError, match="MAX_POLL_INTERVAL"):
+            NodeConfig(**base, max_poll_interval=bad).validate()
+
+
+# --- fakes ----------------------------------------------------------------------------------
+
+
+class FakeClock:
+    """Wall clock (``timezone.now``) that only moves when a fake event waits."""
+
+    def __init__(self) -> None:
+        self.now = datetime(2030, 1, 1, tzinfo=timezone.get_current_timezone())
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+class FakeEvent:
+    """A ``threading.Event`` whose ``wait`` returns at once: it records the timeout, moves
+    the clock by it, and runs ``on_wait(n)`` (which may set the event, or stop the node)."""
+
+    def __init__(self, clock: FakeClock, on_wait) -> None:
+        self.clock = clock
+        self.on_wait = on_wait
+        self.flag = False
+        self.waits: list[float] = []
+
+    def is_set(self) -> bool:
+        return self.flag
+
+    def set(self) -> None:
+        self.flag = True
+
+    def clear(self) -> None:
+        self.flag = False
+
+    def wait(self, timeout: float) -> bool:
+        self.waits.append(round(timeout, 3))
+        self.on_wait(len(self.waits))
+        if not self.flag:
+            self.clock.now += timedelta(seconds=timeout)
+        return self.flag
+
+
+def idle_node(*, poll_interval=1.0, max_poll_interval=8.0, **overrides) -> Node:
+    config = NodeConfig.from_settings(
+        burst=False,
+        poll_interval=poll_interval,
+        max_poll_interval=max_poll_interval,
+        status_interval=0,
+        topics=["work"],
+        **overrides,
+    )
+    node = Node(config)
+    node.owner = SimpleNamespace(name="n1")  # type: ignore[assignment]
+    return node
+
+
+def stop_after(node: Node, rounds: int):
+    def on_wait(n: int) -> None:
+        if n >= rounds:
+            node._stopping.set()
+
+    return on_wait
+
+
+# --- the dispatcher -------------------------------------------------------------------------
+
+
+def dispatcher(node: Node, claims: list[int], clock: FakeClock, monkeypatch) -> FakeEvent:
+    """Run the dispatch loop with scripted claim rounds (``claims``: tasks claimed per round;
+    then none) until the script is used up; return the fake wake-up event."""
+    script = iter(claims)
+    monkeypatch.setattr(node, "_refresh_topics", lambda: None)
+    monkeypatch.setattr(node, "_claim_round", lambda: next(script, 0))
+    event = FakeEvent(clock, lambda n: None)
+    event.on_wait = stop_after(node, len([c for c in claims if not c]))
+    node._wakeup = event  # type: ignore[assignment]
+    node._dispatch_loop()
+    return event
+
+
+def test_an_idle_dispatcher_backs_off_and_a_claim_resets_it(monkeypatch):
+    clock = FakeClock()
+    node = idle_node()
+    event = dispatcher(node, [0, 0, 0, 0, 0, 2, 0, 0], clock, monkeypatch)
+    assert event.waits == [1.0, 2.0, 4.0, 8.0, 8.0, 1.0, 2.0]
+
+
+def test_a_node_with_tasks_in_flight_polls_every_poll_interval(monkeypatch):
+    clock = FakeClock()
+    node = idle_node()
+    node._in_flight = 1  # running a task: not idle
+    event = dispatcher(node, [0, 0, 0, 0], clock, monkeypatch)
+    assert event.waits == [1.0, 1.0, 1.0, 1.0]
+
+
+def test_without_backoff_the_dispatcher_polls_every_poll_interval(monkeypatch):
+    clock = FakeClock()
+    node = idle_node(max_poll_interval=1.0)
+    event = dispatcher(node, [0, 0, 0, 0], clock, monkeypatch)
+    assert event.waits == [1.0, 1.0, 1.0, 1.0]
+
+
+@pytest.mark.parametrize(("listening", "waits"), [(True, [1.0, 2.0, 4.0]), (False, [1.0] * 3)])
+def test_on_postgresql_the_backoff_holds_only_while_notify_can_wake_the_node(
+    monkeypatch, listening, waits
+):
+    """A broken LISTEN connection means nothing would wake the node: it polls as before."""
+    clock = FakeClock()
+    node = idle_node()
+    node._listener = SimpleNamespace(listening=threading.Event())  # type: ignore[assignment]
+    if listening:
+        node._listener.listening.set()
+    event = dispatcher(node, [0, 0, 0], clock, monkeypatch)
+    assert event.waits == waits
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_idle_dispatcher_still_wakes_for_a_delayed_task(monkeypatch):
+    queue.register_topic("work")
+    node = idle_node()
+    node._topics = ["work"]
+    for _ in range(3):
+        node._claim_backoff.idle()  # waits 8 s now
+    queue.push("work", "later", execute_at=timezone.now() + timedelta(seconds=3))
+    assert 2.0 < node._idle_timeout() <= 3.0
+
+
+# --- the scheduler --------------------------------------------------------------------------
+
+
+def schedule_loop(node: Node, monkeypatch, due, *, rounds: int, changes=()):
+    """Run the scheduler loop for ``rounds`` waits with one job due ``due`` after the start
+    (None: no job); the schedule changes (NOTIFY) during the waits numbered in ``changes``.
+    Returns the event and the times (seconds after the start) ``submit_due`` ran at."""
+    clock = FakeClock()
+    monkeypatch.setattr(timezone, "now", clock)
+    submitted: list[float] = []
+    start = clock.now
+    pending = {"at": None if due is None else start + due}
+
+    def submit_due(node_name):
+        submitted.append((clock.now - start).total_seconds())
+        if pending["at"] is not None and clock.now >= pending["at"]:
+            pending["at"] = None
+            return ["run"]
+        return []
+
+    monkeypatch.setattr(scheduler, "submit_due", submit_due)
+    monkeypatch.setattr(scheduler, "next_due", lambda: pending["at"])
+    stop = stop_after(node, rounds)
+
+    def on_wait(n: int) -> None:
+        if n in changes:
+            event.set()
+        stop(n)
+
+    event = FakeEvent(clock, on_wait)
+    node._schedule_changed = event  # type: ignore[assignment]
+    node._schedule_loop()
+    return event, submitted
+
+
+def test_with_nothing_scheduled_the_scheduler_only_reads_next_due_and_backs_off(monkeypatch):
+    node = idle_node(max_poll_interval=5.0)
+    event, submitted = schedule_loop(node, monkeypatch, None, rounds=5)
+    assert event.waits == [1.0, 2.0, 4.0, 5.0, 5.0]
+    assert submitted == [0.0]  # at start only: the safety-net wakes read next_due alone
+
+
+def test_the_scheduler_sleeps_until_the_next_slot_and_submits_then(monkeypatch):
+    node = idle_node(max_poll_interval=5.0)
+    event, submitted = schedule_loop(node, monkeypatch, timedelta(seconds=12.5), rounds=6)
+    # 1 + 2 + 4 + 5 s of back-off, then the 0.5 s left: the loop wakes exactly at the slot;
+    # the submission resets the back-off.
+    assert event.waits == [1.0, 2.0, 4.0, 5.0, 0.5, 1.0]
+    assert submitted == [0.0, 12.5]
+
+
+def test_a_schedule_change_makes_the_scheduler_submit_and_resets_the_backoff(monkeypatch):
+    node = idle_node(max_poll_interval=5.0)
+    event, submitted = schedule_loop(node, monkeypatch, None, rounds=5, changes=(3,))
+    assert event.waits == [1.0, 2.0, 4.0, 1.0, 2.0]
+    assert submitted == [0.0, 3.0]  # the change came during the third wait, after 1 + 2 s
+
+
+# --- warm backup: a standby's lease reads -----------------------------------------------------
+
+
+class MonotonicClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def standby(monkeypatch, *, notified: bool, lease: Lease):
+    clock = MonotonicClock()
+    monkeypatch.setattr(leadership_module.time, "monotonic", clock.monotonic)
+    reads: list[float] = []
+
+    def read(group, liveness):
+        reads.append(clock.now - 1000.0)
+        return lease
+
+    def no_lock(*args):
+        raise AssertionError("the token must not be locked while the lease holds")
+
+    monkeypatch.setattr(leadership_module.coordination, "heartbeat", lambda group, node: True)
+    monkeypatch.setattr(leadership_module.coordination, "lease", read)
+    monkeypatch.setattr(leadership_module.coordination, "try_acquire", no_lock)
+    lead = Leadership(
+        "g", "n1", liveness=3.0, heartbeat=1.0, on_change=lambda t: None, notified=lambda: notified
+    )
+    return lead, clock, reads
+
+
+def test_a_notified_standby_reads_the_token_only_when_the_lease_may_have_ended(monkeypatch):
+    lease = Lease(node_id="n2", term=4, seconds_left=2.5)
+    lead, clock, reads = standby(monkeypatch, notified=True, lease=lease)
+    retries = []
+    for at in (0.0, 1.0, 2.0, 2.5, 3.5):
+        clock.now = 1000.0 + at
+        lead.beat()
+        retries.append(lead.retry_in)
+    assert reads == [0.0, 2.5]  # then 2.5 + 2.5 = 5.0 is the next read
+    # Beating every second, it asks for a beat right when the lease it read ends.
+    assert retries == [None, None, 0.5, None, None]
+    assert lead.valid_term() is None
+
+
+def test_an_announced_release_makes_the_standby_read_the_token_at_once(monkeypatch):
+    lease = Lease(node_id="n2", term=4, seconds_left=2.5)
+    lead, clock, reads = standby(monkeypatch, notified=True, lease=lease)
+    lead.beat()
+    clock.now += 0.5
+    lead.forget_lease()  # Node.wake on a RELEASED notification
+    lead.beat()
+    assert reads == [0.0, 0.5]
+
+
+def test_a_standby_without_notify_reads_the_token_every_beat(monkeypatch):
+    lease = Lease(node_id="n2", term=4, seconds_left=2.5)
+    lead, clock, reads = standby(monkeypatch, notified=False, lease=lease)
+    for at in (0.0, 1.0, 2.0):
+        clock.now = 1000.0 + at
+        lead.beat()
+    assert reads == [0.0, 1.0, 2.0]
+
+
+def test_the_leader_reads_the_token_every_beat(monkeypatch):
+    lead, clock, reads = standby(
+        monkeypatch, notified=True, lease=Lease(node_id="n1", term=4, seconds_left=2.9)
+    )
+    for at in (0.0, 1.0, 2.0):
+        clock.now = 1000.0 + at
+        lead.beat()
+    assert reads == [0.0, 1.0, 2.0]
+    assert lead.valid_term() == 4
+
+
+# --- single statements ----------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_lease_is_one_statement():
+    coordination.join("g", "a")
+    coordination.try_acquire("g", "a", timedelta(seconds=30))
+    with CaptureQueriesContext(connection) as queries:
+        held = coordination.lease("g", timedelta(seconds=30))
+    assert (held.node_id, held.term) == ("a", 1)
+    assert 25 < held.seconds_left <= 30
+    assert len(queries) == 1
+
+
+@pytest.mark.django_db(transaction=True)  # no test transaction: no savepoints of its own
+def test_submit_due_with_nothing_due_only_looks():
+    with CaptureQueriesContext(connection) as queries:
+        assert scheduler.submit_due("n1") == []
+    statements = [q["sql"].split()[0].upper() for q in queries]
+    # SQLite takes its write lock with an UPDATE of nothing first (db.serialize_claims), and
+    # Django logs its BEGIN and COMMIT there: no savepoint, no insert, one look.
+    assert [s for s in statements if s not in ("UPDATE", "BEGIN", "COMMIT")] == ["SELECT"]
+
+
+@pytest.mark.django_db
+def test_the_status_line_costs_nothing_when_nobody_reads_it(caplog):
+    node = idle_node()
+    node._topics = ["work"]
+    caplog.set_level(logging.WARNING, logger="django_tasks_coord.node")
+    with CaptureQueriesContext(connection) as queries:
+        node._status_line()
+    assert len(queries) == 0
+    caplog.set_level(logging.INFO, logger="django_tasks_coord.node")
+    with CaptureQueriesContext(connection) as queries:
+        node._status_line()
+    assert len(queries) == 1  # the queue depth
+    assert "queue_depth=0" in caplog.text
+
+
+# --- waking this process's nodes where there is no NOTIFY ------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_commit_wakes_the_local_nodes_where_there_is_no_notify():
+    woken: list[str] = []
+    db.add_local_listener(woken.append)
+    try:
+        with transaction.atomic():
+            db.notify(connection, "work")
+            assert woken == []  # not before the commit
+        with pytest.raises(RuntimeError), transaction.atomic():
+            db.notify(connection, "rolled-back")
+            raise RuntimeError
+    finally:
+        db.remove_local_listener(woken.append)
+    db.notify(connection, "after")  # no listener any more
+    expected = [] if connection.vendor == "postgresql" else ["work"]  # PostgreSQL: NOTIFY
+    assert woken == expected
