@@ -126,12 +126,25 @@ def ensure_partition(topic: str, using: str | None = None) -> bool:
         )
         if cursor.fetchone()[0]:
             return False
+        # One lock order for everyone who attaches: the task table (SHARE UPDATE EXCLUSIVE
+        # conflicts with itself, so attaching is one at a time), then the default partition.
+        cursor.execute(f"LOCK TABLE {quote(parent)} IN SHARE UPDATE EXCLUSIVE MODE")
+        cursor.execute("SELECT to_regclass(%s) IS NOT NULL", [default])
+        has_default = cursor.fetchone()[0]
+        if has_default:
+            cursor.execute(f"LOCK TABLE {quote(default)} IN ACCESS EXCLUSIVE MODE")
+        cursor.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = to_regclass(%s) "
+            "AND inhparent = to_regclass(%s))",
+            [name, parent],
+        )
+        if cursor.fetchone()[0]:  # another process attached it while we waited
+            return False
         cursor.execute(
             f"CREATE TABLE IF NOT EXISTS {quote(name)} "
             f"(LIKE {quote(parent)} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
         )
-        cursor.execute("SELECT to_regclass(%s) IS NOT NULL", [default])
-        if cursor.fetchone()[0]:
+        if has_default:
             cursor.execute(
                 f"WITH moved AS (DELETE FROM {quote(default)} WHERE topic_id = %s RETURNING *) "
                 f"INSERT INTO {quote(name)} SELECT * FROM moved",

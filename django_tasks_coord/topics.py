@@ -66,7 +66,10 @@ def _forget_deleted_topic(sender: type[Topic], instance: Topic, **kwargs: Any) -
 def _partition_new_topic(
     sender: type[Topic], instance: Topic, created: bool, using: str, **kwargs: Any
 ) -> None:
-    """A new topic gets its partition of the task table (PostgreSQL, when partitioned)."""
+    """A new topic gets its partition of the task table (PostgreSQL, when partitioned).
+
+    :func:`register_topic` has made it already; this covers topics saved otherwise.
+    """
     if created:
         partitions.ensure_partition(instance.name, using)
 
@@ -97,8 +100,16 @@ def topic_name(topic: object) -> str:
 
 
 def register_topic(name: str) -> Topic:
-    """Register a topic (idempotent) and return it. Tasks can only use registered topics."""
+    """Register a topic (idempotent) and return it. Tasks can only use registered topics.
+
+    On PostgreSQL with a partitioned task table, the topic's partition is made first
+    (:func:`~django_tasks_coord.partitions.ensure_partition`), before the topic's row:
+    attaching a partition locks the topic table against writes (for the partition's
+    foreign key), and doing it while this transaction already holds a new topic row
+    would deadlock with another process registering another topic at the same time.
+    """
     name = validate_topic_name(name)
+    partitions.ensure_partition(name)
     topic, _ = Topic.objects.using(db.alias()).get_or_create(name=name)
     known_topics.add(name)
     return topic

@@ -191,6 +191,37 @@ class TestConversion:
 
 
 @postgres_only
+@pytest.mark.multiprocess
+@pytest.mark.django_db(transaction=True)
+def test_processes_registering_topics_at_once_neither_deadlock_nor_lose_tasks() -> None:
+    """Nodes starting together register their topics together: each new topic gets its
+    partition, and no process dies of a deadlock (attaching a partition locks the topic
+    table, so register_topic makes the partition before it inserts the topic's row)."""
+    procs = [start("tests.partitions.register", f"worker{n}") for n in range(4)]
+    try:
+        for proc in procs:
+            assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
+        for proc in procs:
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        pushed = []
+        for proc in procs:
+            out, err = proc.communicate(timeout=120)
+            assert proc.returncode == 0, err
+            pushed += json.loads(out.strip().splitlines()[-1])["pushed"]
+    finally:
+        for proc in procs:
+            reap(proc, signal.SIGKILL)
+    assert sorted(Task.objects.values_list("sequence", flat=True)) == sorted(pushed)
+    attached = partitions.partitions(connection)
+    for topic in Topic.objects.values_list("name", flat=True):
+        assert partitions.partition_name(topic) in attached
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT count(*) FROM {partitions.default_partition()}")
+        assert cursor.fetchone()[0] == 0
+
+
+@postgres_only
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("partitioned_again")
 class TestCommandAndChecks:

@@ -1,0 +1,32 @@
+"""A worker for the registration race: register topics, push to each, print JSON.
+
+Run as ``python -m tests.partitions.register PREFIX``: prints ``ready``, waits for a line
+on stdin, then registers ``PREFIX-0`` ... ``PREFIX-4`` and ``shared-0`` ... ``shared-4``
+(interleaved, so every worker also races the others for the shared ones) and pushes one
+task to each.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import django
+
+
+def main(prefix: str) -> None:
+    django.setup()
+    from django_tasks_coord import queue
+
+    print("ready", flush=True)
+    sys.stdin.readline()
+    pushed = []
+    for i in range(5):
+        for name in (f"{prefix}-{i}", f"shared-{i}"):
+            queue.register_topic(name)
+            pushed.append(queue.push(name, prefix).sequence)
+    print(json.dumps({"pushed": pushed}), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
