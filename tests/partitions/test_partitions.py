@@ -20,7 +20,7 @@ from django.test import override_settings
 
 from django_tasks_coord import checks, partitions, queue
 from django_tasks_coord.models import Task, Topic
-from tests.processes import reap, start
+from tests.processes import reap, run_together, start
 
 postgres_only = pytest.mark.skipif(
     connection.vendor != "postgresql", reason="the task table is partitioned on PostgreSQL only"
@@ -197,21 +197,8 @@ def test_processes_registering_topics_at_once_neither_deadlock_nor_lose_tasks() 
     """Nodes starting together register their topics together: each new topic gets its
     partition, and no process dies of a deadlock (attaching a partition locks the topic
     table, so register_topic makes the partition before it inserts the topic's row)."""
-    procs = [start("tests.partitions.register", f"worker{n}") for n in range(4)]
-    try:
-        for proc in procs:
-            assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
-        for proc in procs:
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
-        pushed = []
-        for proc in procs:
-            out, err = proc.communicate(timeout=120)
-            assert proc.returncode == 0, err
-            pushed += json.loads(out.strip().splitlines()[-1])["pushed"]
-    finally:
-        for proc in procs:
-            reap(proc, signal.SIGKILL)
+    results = run_together("tests.partitions.register", count=4)
+    pushed = [sequence for result in results for sequence in result["pushed"]]
     assert sorted(Task.objects.values_list("sequence", flat=True)) == sorted(pushed)
     attached = partitions.partitions(connection)
     for topic in Topic.objects.values_list("name", flat=True):
