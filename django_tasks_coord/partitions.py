@@ -370,8 +370,15 @@ def convert(
         f"WHERE sequence > %s AND sequence <= %s FOR SHARE ON CONFLICT ({conflict}) DO NOTHING"
     )
     while start < last:
-        end = min(start + batch_size, last)
         with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+            # The batch ends at its batch_size-th row: numbers have gaps (deleted tasks).
+            cursor.execute(
+                f"SELECT sequence FROM {quote(old)} WHERE sequence > %s ORDER BY sequence "
+                f"OFFSET %s LIMIT 1",
+                [start, batch_size - 1],
+            )
+            row = cursor.fetchone()
+            end = min(int(row[0]), last) if row else last
             cursor.execute(select, [start, end])
             copied += max(cursor.rowcount, 0)
         start = end
