@@ -72,7 +72,12 @@ def _setting_problems(values: dict[str, Any]) -> list[str]:
     for key in ("LISTEN_NOTIFY", "SCHEDULER", "PARTITION_TASKS", "TASK_PRETTY_VIEW"):
         if not isinstance(values[key], bool):
             problems.append(f"{key} must be True or False, not {values[key]!r}.")
-    for key in ("LONG_POLL_MAX_TIMEOUT", "LONG_POLL_INTERVAL", "MAX_POLL_INTERVAL"):
+    for key in (
+        "LONG_POLL_MAX_TIMEOUT",
+        "LONG_POLL_INTERVAL",
+        "MAX_POLL_INTERVAL",
+        "NOTIFIED_POLL_INTERVAL",
+    ):
         value = values[key]
         if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
             problems.append(f"{key} must be a positive number of seconds, not {value!r}.")

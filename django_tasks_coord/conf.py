@@ -43,13 +43,23 @@ DEFAULTS: dict[str, Any] = {
     # SQLite, work announced by another process (a push, a new schedule) starts up to this
     # late; on PostgreSQL NOTIFY wakes nodes at once. POLL_INTERVAL or less: no back-off.
     "MAX_POLL_INTERVAL": 5.0,
+    # runscheduler, PostgreSQL: the idle back-off's cap while the node's LISTEN connection is
+    # up. NOTIFY announces pushes, due retries, schedule changes and resumed topics, so the
+    # polls are only a safety net for changes made outside this package (raw SQL); with the
+    # listener down, or on MariaDB/MySQL and SQLite, MAX_POLL_INTERVAL applies. A value of
+    # MAX_POLL_INTERVAL or less: MAX_POLL_INTERVAL everywhere.
+    "NOTIFIED_POLL_INTERVAL": 30.0,
     # runscheduler: on PostgreSQL, wake up on NOTIFY instead of waiting for the next poll.
     "LISTEN_NOTIFY": True,
     # runscheduler: seconds running tasks get to finish after SIGTERM before they are released.
     "SHUTDOWN_MAX_WAIT": 30.0,
     # runscheduler: seconds between status lines (0: none).
     "STATUS_INTERVAL": 10.0,
-    # runscheduler: seconds between sweeps for dead owners.
+    # runscheduler: seconds between sweeps for dead owners (and external executors'
+    # timeouts) in the cluster. Any node can sweep for all: a node alone sweeps every
+    # REAP_INTERVAL; of N live owners, each node sweeps every N x REAP_INTERVAL on average
+    # (capped at 2 x LIVENESS_INTERVAL, then jittered by +-50%), so the cluster sweeps about
+    # every REAP_INTERVAL whatever its size.
     "REAP_INTERVAL": 5.0,
     # runscheduler: run the job scheduler (submitting due slots of periodic jobs) in this node.
     "SCHEDULER": True,

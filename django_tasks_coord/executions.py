@@ -17,8 +17,8 @@ ACTIVE and done is SUCCEEDED, FAILED or CANCELED, with ``outcome_reason`` saying
 Fencing: :func:`poll` hands each task out with a fresh ``exec_id``; :func:`start`,
 :func:`notify`, :func:`succeed` and :func:`fail` must quote it and are refused with
 :class:`StaleExecIdError` (changing nothing) once the task was handed out again. The
-timeouts are enforced by :func:`reap`, which every ``runscheduler`` node calls each
-``REAP_INTERVAL``; until it has, a late executor still holds its task.
+timeouts are enforced by :func:`reap`, which the ``runscheduler`` nodes' sweeps call
+about every ``REAP_INTERVAL`` per cluster; until it has, a late executor still holds its task.
 
 Every function takes ``now`` (default :func:`clock`), so tests move time instead of
 sleeping. Deadlines are compared with the clock of the process that reaps, so keep
@@ -531,8 +531,8 @@ def reap(
     with ``in_progress_timeout``: retried if retries remain, failed otherwise. Works in
     transactions of at most ``batch_size`` tasks through the ``(state, deadline)``
     index, skipping rows another transaction holds (an executor reporting right now),
-    so it never waits on anyone. Called by every ``runscheduler`` node each
-    ``REAP_INTERVAL``.
+    so it never waits on anyone. Called by the ``runscheduler`` nodes' sweeps, about
+    every ``REAP_INTERVAL`` per cluster (a node alone: every ``REAP_INTERVAL``).
     """
     now = _now(now)
     names = sorted(definitions.names())

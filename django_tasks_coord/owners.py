@@ -13,7 +13,7 @@ import uuid
 from datetime import timedelta
 
 from django.db import IntegrityError, models
-from django.db.models import Exists, OuterRef
+from django.db.models import Count, Exists, OuterRef
 from django.db.models.functions import Now
 
 from django_tasks_coord import db
@@ -100,6 +100,24 @@ def expire(older_than: timedelta | None = None) -> list[Task]:
         stale = Owner.objects.using(using).filter(_older_than(bound))
         ids = list(stale.select_for_update(**db.lock_kwargs(conn)).values_list("pk", flat=True))
         return _expire_owner_ids(ids, using) if ids else []
+
+
+def sweep(older_than: timedelta | None = None) -> tuple[list[Task], int]:
+    """:func:`expire`, and count the owners still alive, in one statement when none is dead.
+
+    Returns the freed tasks and the number of live owners (at least 1). The count is
+    how a node spreads the cluster-wide chores (this sweep, timeouts of external
+    executors) over the live nodes. The common case, nobody dead, is one read-only
+    ``SELECT`` of two counts; only when some owner is stale does :func:`expire` run.
+    """
+    bound = app_settings.liveness_interval if older_than is None else older_than
+    counts = Owner.objects.using(db.alias()).aggregate(
+        total=Count("pk"), stale=Count("pk", filter=_older_than(bound))
+    )
+    total, stale = counts["total"] or 0, counts["stale"] or 0
+    if not stale:
+        return [], max(total, 1)
+    return expire(bound), max(total - stale, 1)
 
 
 def _expire_owner_ids(ids: list[int], using: str) -> list[Task]:

@@ -115,6 +115,10 @@ def register_topic(name: str) -> Topic:
     return topic
 
 
+#: The prefix of the announcement that a topic was resumed (the payload: prefix + topic).
+RESUMED = "tasks_coord.resumed:"
+
+
 def _set_paused(topic: str | Topic, paused: bool) -> bool:
     rows = Topic.objects.using(db.alias()).filter(name=topic_name(topic), paused=not paused)
     return rows.update(paused=paused) == 1
@@ -126,8 +130,15 @@ def pause_topic(topic: str | Topic) -> bool:
 
 
 def resume_topic(topic: str | Topic) -> bool:
-    """Resume a paused topic. True if it was paused."""
-    return _set_paused(topic, False)
+    """Resume a paused topic. True if it was paused.
+
+    The resumption is announced (``NOTIFY`` on PostgreSQL, and to the nodes of this
+    process elsewhere): nodes that were told re-read their topics at once.
+    """
+    resumed = _set_paused(topic, False)
+    if resumed:
+        db.notify(db.connection(), RESUMED + topic_name(topic))
+    return resumed
 
 
 def record_outcomes(topic: str, *, failures: int = 0, successes: int = 0) -> None:

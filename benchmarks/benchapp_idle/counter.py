@@ -17,6 +17,7 @@ KINDS: dict[str, str] = {
     "owners:register_owner": "start/stop",
     "owners:unregister_owner": "start/stop",
     "owners:expire": "reaper: owners.expire",
+    "owners:sweep": "reaper: owners.sweep (dead owners, live count)",
     "executions:reap": "reaper: executions.reap",
     "coordination:forget_dead": "reaper: coordination.forget_dead",
     "coordination:heartbeat": "group: membership heartbeat",

@@ -18,6 +18,7 @@ import functools
 import itertools
 import logging
 import math
+import random
 import threading
 import time
 from collections import Counter
@@ -89,13 +90,17 @@ class Node:
         self._in_flight_lock = threading.Lock()
         self._topics: list[str] = []
         self._topics_checked = 0.0
+        self._topics_resumed = False  # a topic was resumed: re-read the topics now
         self._round_robin = itertools.count()
         self._pool: WorkerPool | None = None
         self._completer: Completer | None = None
         self._side_threads: list[threading.Thread] = []
         self._listener: Listener | None = None
         #: Idle back-off of the dispatcher's polls (see :meth:`_idle_wait`).
-        self._claim_backoff = IdleBackoff(config.poll_interval, config.max_poll_interval)
+        self._claim_backoff = self._backoff()
+        #: True while the lifeline beats at the idle rate (:meth:`_beat_interval`).
+        self._beating_idle = False
+        self._random = random.Random()
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -188,9 +193,13 @@ class Node:
         look at the schedules (``topic`` is ``SCHEDULE_CHANGED``)."""
         from django_tasks_coord.coordination import RELEASED
         from django_tasks_coord.scheduling.runner import SCHEDULE_CHANGED
+        from django_tasks_coord.topics import RESUMED
 
         if topic == SCHEDULE_CHANGED:
             self._schedule_changed.set()
+        elif topic is not None and topic.startswith(RESUMED):
+            self._topics_resumed = True  # re-read the topics (paused ones excluded) now
+            self._wakeup.set()
         elif topic is not None and topic.startswith(RELEASED):
             if self.leadership is not None:
                 self.leadership.forget_lease()  # read the token again at the next beat
@@ -422,7 +431,10 @@ class Node:
 
     def _add_in_flight(self, n: int) -> None:
         with self._in_flight_lock:
+            was_idle = self._in_flight == 0
             self._in_flight += n
+        if was_idle and self._beating_idle:
+            self._lifeline_wake.set()  # it holds tasks now: beat at once, then every beat
 
     def done(self, n: int) -> None:
         """``n`` tasks left this node (completed or released): wake the dispatcher if it was full."""
@@ -440,8 +452,10 @@ class Node:
     def _refresh_topics(self) -> None:
         """Re-read which topics to process (paused ones excluded) once per poll interval."""
         now = time.monotonic()
-        if self._topics_checked and now - self._topics_checked < self.config.poll_interval:
+        recent = self._topics_checked and now - self._topics_checked < self.config.poll_interval
+        if recent and not self._topics_resumed:
             return
+        self._topics_resumed = False  # before the read: a resumption during it reads again
         from django_tasks_coord.scheduling.runner import GROUP_TOPIC_PREFIX
 
         wanted = [
@@ -480,16 +494,26 @@ class Node:
         """Whether NOTIFY wakes this node now (PostgreSQL, its listener connected)."""
         return self._listener is not None and self._listener.listening.is_set()
 
+    def _backoff(self) -> IdleBackoff:
+        """An idle back-off whose cap is the larger of the two (see :meth:`_idle_wait`)."""
+        config = self.config
+        cap = max(config.max_poll_interval, config.notified_poll_interval)
+        return IdleBackoff(config.poll_interval, cap)
+
     def _idle_wait(self, backoff: IdleBackoff) -> float:
         """Seconds an idle loop waits for a wake-up before it polls anyway.
 
-        ``backoff``'s current wait (``POLL_INTERVAL`` doubled per idle round, up to
-        ``MAX_POLL_INTERVAL``), except on PostgreSQL while the LISTEN connection is
-        down: then nothing would wake the node, and it polls every ``POLL_INTERVAL``.
+        ``backoff``'s current wait: ``POLL_INTERVAL`` doubled per idle round, up to
+        ``NOTIFIED_POLL_INTERVAL`` while NOTIFY can wake the node (PostgreSQL, its LISTEN
+        connection up), up to ``MAX_POLL_INTERVAL`` where nothing announces work
+        (MariaDB/MySQL, SQLite, ``LISTEN_NOTIFY`` off). On PostgreSQL while the LISTEN
+        connection is down nothing would wake the node: it polls every ``POLL_INTERVAL``.
         """
         if self._listener is not None and not self._notified():
             return self.config.poll_interval
-        return backoff.wait
+        if self._notified():
+            return backoff.wait
+        return min(backoff.wait, max(self.config.max_poll_interval, self.config.poll_interval))
 
     def _idle_timeout(self) -> float:
         """Seconds to sleep: until the next delayed task is due, at most :meth:`_idle_wait`."""
@@ -542,50 +566,87 @@ class Node:
 
         return run
 
+    def _beat_interval(self) -> float:
+        """Seconds to the next heartbeat: ``HEARTBEAT_FREQUENCY`` while the node holds tasks
+        (in flight, buffered, or completions not yet written) or belongs to a group, else
+        :attr:`NodeConfig.idle_heartbeat` (an idle node only has to stay alive)."""
+        idle = self.leadership is None and self.in_flight == 0 and self._completer_idle()
+        self._beating_idle = idle
+        if idle and self.in_flight:  # claimed meanwhile (it found _beating_idle still False)
+            self._beating_idle = idle = False
+        return self.config.idle_heartbeat if idle else self.config.heartbeat_frequency
+
+    def _sweep_wait(self, live: int) -> float:
+        """Seconds to this node's next sweep (dead owners, executors' timeouts, dead group
+        members): these are chores of the cluster, which any node does for all.
+
+        A node alone sweeps every ``REAP_INTERVAL``. Of ``live`` owners each sweeps every
+        ``live * REAP_INTERVAL`` on average, capped at ``max(REAP_INTERVAL, 2 *
+        LIVENESS_INTERVAL)`` and jittered by +-50% (nodes started together drift apart),
+        so the cluster sweeps about every ``REAP_INTERVAL`` whatever its size.
+        """
+        config = self.config
+        if live <= 1:
+            return config.reap_interval
+        cap = max(config.reap_interval, 2 * config.liveness_interval)
+        return min(live * config.reap_interval, cap) * self._random.uniform(0.5, 1.5)
+
+    def _sweep(self) -> int:
+        """Free dead owners' tasks, forget long-dead group members, enforce executors'
+        timeouts. Returns the number of live owners."""
+        _, live = owners.sweep(timedelta(seconds=self.config.liveness_interval))
+        if self.leadership is not None:
+            coordination.forget_dead(timedelta(seconds=10 * self.config.liveness_interval))
+        executions.reap()  # timeouts of tasks run by external executors
+        return live
+
     def _lifeline(self) -> None:
-        """Heartbeat every HEARTBEAT_FREQUENCY, reap dead owners, print the status line."""
+        """Heartbeat (:meth:`_beat_interval`), sweep (:meth:`_sweep_wait`), status line."""
         assert self.owner is not None
-        last_beat = last_reap = last_status = time.monotonic()
-        next_beat = last_beat + self.config.heartbeat_frequency
+        last_beat = last_status = time.monotonic()
+        next_beat = last_beat + self._beat_interval()
+        next_sweep = last_beat + self.config.reap_interval
+        status = self.config.status_interval
         while not self._stopping.is_set():
-            # Fixed rate, not fixed delay: the time a beat takes does not push the next one
-            # back, so a standby notices a dead leader within liveness + one heartbeat.
-            self._lifeline_wake.wait(max(next_beat - time.monotonic(), 0.0))
+            wake_at = min(next_beat, next_sweep, last_status + status if status else math.inf)
+            woken = self._lifeline_wake.wait(max(wake_at - time.monotonic(), 0.0))
             self._lifeline_wake.clear()
-            next_beat = max(next_beat + self.config.heartbeat_frequency, time.monotonic())
             if self._stopping.is_set():
                 return
             now = time.monotonic()
+            beat = woken or now >= next_beat
             try:
-                if not owners.heartbeat(self.owner):
-                    if not self._stopping.is_set():
-                        self._lost_ownership()
-                    return
-                last_beat = now
-                if self.leadership is not None:
-                    self.leadership.beat()
-                    if self.leadership.retry_in is not None:  # the leader's lease ends sooner
-                        next_beat = min(
-                            next_beat, time.monotonic() + self.leadership.retry_in + 0.002
-                        )
-                if now - last_reap >= self.config.reap_interval:
-                    last_reap = now
-                    owners.expire(timedelta(seconds=self.config.liveness_interval))
+                if beat:
+                    interval = self._beat_interval()
+                    # Fixed rate, not fixed delay: the time a beat takes does not push the next
+                    # one back, so a standby notices a dead leader within liveness + one beat.
+                    # A wake-up (work claimed, a token released) beats now and restarts the rate.
+                    next_beat = now + interval if woken else max(next_beat + interval, now)
+                    if not owners.heartbeat(self.owner):
+                        if not self._stopping.is_set():
+                            self._lost_ownership()
+                        return
+                    last_beat = now
                     if self.leadership is not None:
-                        coordination.forget_dead(
-                            timedelta(seconds=10 * self.config.liveness_interval)
-                        )
-                    executions.reap()  # timeouts of tasks run by external executors
+                        self.leadership.beat()
+                        if self.leadership.retry_in is not None:  # the leader's lease ends sooner
+                            next_beat = min(
+                                next_beat, time.monotonic() + self.leadership.retry_in + 0.002
+                            )
+                if now >= next_sweep:
+                    next_sweep = now + self.config.reap_interval  # retried then if it fails
+                    next_sweep = now + self._sweep_wait(self._sweep())
             except TasksCoordError:
                 raise
             except Exception as exc:  # noqa: BLE001 - the database may be briefly unreachable
                 connections[db.alias()].close()
                 logger.warning("Heartbeat failed: %s", exc)
+                next_beat = min(next_beat, now + self.config.heartbeat_frequency)
                 if now - last_beat > self.config.liveness_interval:
                     logger.error("No heartbeat for a liveness interval: this node counts as dead.")
                     self._lost_ownership()
                     return
-            if self.config.status_interval and now - last_status >= self.config.status_interval:
+            if status and now - last_status >= status:
                 last_status = now
                 self._status_line()
 
@@ -602,7 +663,7 @@ class Node:
         from django_tasks_coord.scheduling.runner import JOBS_TOPIC
 
         assert self.owner is not None
-        backoff = IdleBackoff(self.config.poll_interval, self.config.max_poll_interval)
+        backoff = self._backoff()
         submit = True
         while not self._stopping.is_set():
             changed = self._schedule_changed.is_set()

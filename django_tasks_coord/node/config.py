@@ -31,6 +31,8 @@ class NodeConfig:
     burst: bool = False
     #: Idle back-off cap (``MAX_POLL_INTERVAL``); at most ``poll_interval``: no back-off.
     max_poll_interval: float = 5.0
+    #: Idle back-off cap while NOTIFY can wake the node (``NOTIFIED_POLL_INTERVAL``).
+    notified_poll_interval: float = 30.0
 
     @classmethod
     def from_settings(cls, **overrides: Any) -> NodeConfig:
@@ -69,18 +71,24 @@ class NodeConfig:
                 raise ConfigurationError(
                     f"{name.upper()} must be a non-negative number of seconds, not {value!r}."
                 )
-        if isinstance(self.max_poll_interval, bool) or not (
-            isinstance(self.max_poll_interval, int | float) and self.max_poll_interval > 0
-        ):
-            raise ConfigurationError(
-                "MAX_POLL_INTERVAL must be a positive number of seconds, "
-                f"not {self.max_poll_interval!r}."
-            )
+        for name in ("max_poll_interval", "notified_poll_interval"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not (isinstance(value, int | float) and value > 0):
+                raise ConfigurationError(
+                    f"{name.upper()} must be a positive number of seconds, not {value!r}."
+                )
         if self.heartbeat_frequency * 2 > self.liveness_interval:
             raise ConfigurationError(
                 f"LIVENESS_INTERVAL ({self.liveness_interval}s) must be at least twice "
                 f"HEARTBEAT_FREQUENCY ({self.heartbeat_frequency}s), or live nodes would be declared dead."
             )
+
+    @property
+    def idle_heartbeat(self) -> float:
+        """Seconds between the heartbeats of a node that holds nothing and leads no group:
+        ``max(HEARTBEAT_FREQUENCY, LIVENESS_INTERVAL / 4)``, so even a beat that fails, and
+        the next one, leave it alive with room to spare."""
+        return max(self.heartbeat_frequency, self.liveness_interval / 4)
 
     @property
     def capacity(self) -> int:

@@ -99,3 +99,33 @@ def test_unregister_owner_releases_its_tasks(topic):
     assert [t.identifier for t in released] == ["a"]
     assert Task.objects.get().state == TaskState.PENDING
     assert not Owner.objects.exists()
+
+
+def test_sweep_counts_the_live_owners_in_one_statement_when_none_is_dead():
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from django_tasks_coord import owners
+
+    for name in ("a", "b", "c"):
+        queue.register_owner(name)
+    with CaptureQueriesContext(connection) as queries:
+        assert owners.sweep(timedelta(seconds=30)) == ([], 3)
+    assert len(queries) == 1  # a read of two counts: no lock, no transaction
+
+
+def test_sweep_frees_the_dead_and_counts_the_rest(topic):
+    from django_tasks_coord import owners
+
+    dead = queue.register_owner("dead")
+    queue.register_owner("alive")
+    queue.push(topic, "a")
+    queue.poll(topic, owner=dead)
+    age(dead, 60)
+    freed, live = owners.sweep(timedelta(seconds=30))
+    assert [t.identifier for t in freed] == ["a"]
+    assert live == 1
+    assert list(Owner.objects.values_list("name", flat=True)) == ["alive"]
+    assert owners.sweep(timedelta(seconds=30)) == ([], 1)
+    Owner.objects.all().delete()
+    assert owners.sweep(timedelta(seconds=30)) == ([], 1)  # never 0: the caller is one

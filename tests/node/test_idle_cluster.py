@@ -1,0 +1,344 @@
+"""Idle nodes in a cluster: chores at a cluster-wide rate, idle heartbeats, NOTIFY-era polls.
+
+The lifeline runs in this thread against a fake monotonic clock and a fake wake-up event: a
+wait returns at once and moves the clock to the deadline, so no test sleeps to let time pass.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import statistics
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from django_tasks_coord import db, owners, queue, topics
+from django_tasks_coord.exceptions import ConfigurationError
+from django_tasks_coord.node import Node
+from tests.node.test_idle import FakeClock, dispatcher, idle_node
+
+# --- the idle heartbeat -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("heartbeat", "liveness", "idle"), [(1.0, 30.0, 7.5), (1.0, 3.0, 1.0), (0.2, 3.0, 0.75)]
+)
+def test_an_idle_node_beats_every_quarter_liveness_but_never_faster_than_the_heartbeat(
+    heartbeat, liveness, idle
+):
+    config = idle_node(heartbeat_frequency=heartbeat, liveness_interval=liveness).config
+    assert config.idle_heartbeat == idle
+    # Whatever the settings allow (LIVENESS_INTERVAL >= 2 x HEARTBEAT_FREQUENCY), an idle
+    # beat stays well inside the liveness interval, and so inside tasks_coord_health's
+    # default maximum age (LIVENESS_INTERVAL): even one failed beat leaves it alive.
+    assert config.idle_heartbeat <= liveness / 2
+
+
+class LifelineClock:
+    """``time.monotonic`` for the lifeline, moved only by :class:`LifelineEvent` waits."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class LifelineEvent:
+    """The lifeline's wake-up event: ``wait`` moves the clock by its timeout and returns at
+    once, after ``on_wait(clock_seconds)`` (which may set it, or stop the node)."""
+
+    def __init__(self, clock: LifelineClock, on_wait) -> None:
+        self.clock, self.on_wait, self.flag = clock, on_wait, False
+
+    def is_set(self) -> bool:
+        return self.flag
+
+    def set(self) -> None:
+        self.flag = True
+
+    def clear(self) -> None:
+        self.flag = False
+
+    def wait(self, timeout: float) -> bool:
+        if not self.flag:
+            self.clock.now += timeout
+        self.on_wait(round(self.clock.now - 1000.0, 3))
+        return self.flag
+
+
+def lifeline(node: Node, monkeypatch, *, until: float, live: int = 1, on_wait=None):
+    """Run the lifeline until ``until`` seconds; return the times of heartbeats and sweeps."""
+    clock = LifelineClock()
+    monkeypatch.setattr(time, "monotonic", clock)
+    beats: list[float] = []
+    sweeps: list[float] = []
+
+    def beat(owner) -> bool:
+        beats.append(round(clock.now - 1000.0, 3))
+        return True
+
+    def sweep(older_than):
+        sweeps.append(round(clock.now - 1000.0, 3))
+        return [], live
+
+    monkeypatch.setattr(owners, "heartbeat", beat)
+    monkeypatch.setattr(owners, "sweep", sweep)
+    monkeypatch.setattr("django_tasks_coord.executions.reap", lambda: None)
+
+    def waited(at: float) -> None:
+        if on_wait is not None:
+            on_wait(at)
+        if at > until:
+            node._stopping.set()
+
+    node._lifeline_wake = LifelineEvent(clock, waited)  # type: ignore[assignment]
+    node._lifeline()
+    return beats, sweeps
+
+
+def test_an_idle_node_alone_beats_every_idle_heartbeat_and_sweeps_every_reap_interval(
+    monkeypatch,
+):
+    node = idle_node(heartbeat_frequency=1.0, liveness_interval=30.0, reap_interval=5.0)
+    beats, sweeps = lifeline(node, monkeypatch, until=30.0)
+    assert beats == [7.5, 15.0, 22.5, 30.0]
+    assert sweeps == [5.0, 10.0, 15.0, 20.0, 25.0, 30.0]  # alone: every REAP_INTERVAL, as before
+
+
+def test_a_claim_makes_an_idle_node_beat_at_once_then_every_heartbeat(monkeypatch):
+    node = idle_node(heartbeat_frequency=1.0, liveness_interval=30.0, reap_interval=5.0)
+
+    def on_wait(at: float) -> None:
+        if at == 7.5:  # the first idle beat is due; the dispatcher claims right after it
+            return
+        if at == 10.0 and not node.in_flight:
+            node._add_in_flight(2)  # what _claim_round does: the lifeline is woken
+
+    beats, _ = lifeline(node, monkeypatch, until=13.0, on_wait=on_wait)
+    assert beats == [7.5, 10.0, 11.0, 12.0, 13.0]
+
+
+def test_a_node_whose_tasks_are_done_goes_back_to_idle_beats(monkeypatch):
+    node = idle_node(heartbeat_frequency=1.0, liveness_interval=30.0, reap_interval=100.0)
+    node._in_flight = 1
+
+    def on_wait(at: float) -> None:
+        if at == 2.0:
+            node._in_flight = 0
+
+    beats, _ = lifeline(node, monkeypatch, until=17.0, on_wait=on_wait)
+    assert beats == [1.0, 2.0, 9.5, 17.0]  # the beat at 2 s chose the idle rate
+
+
+def test_a_group_member_always_beats_every_heartbeat(monkeypatch):
+    node = idle_node(heartbeat_frequency=1.0, liveness_interval=30.0, reap_interval=100.0)
+    node.leadership = SimpleNamespace(beat=lambda: None, retry_in=None)  # type: ignore[assignment]
+    beats, _ = lifeline(node, monkeypatch, until=5.0)
+    assert beats == [1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+def test_a_failed_idle_beat_is_retried_after_a_heartbeat(monkeypatch):
+    node = idle_node(heartbeat_frequency=1.0, liveness_interval=30.0, reap_interval=100.0)
+    clock = LifelineClock()
+    monkeypatch.setattr(time, "monotonic", clock)
+    beats: list[float] = []
+
+    def beat(owner) -> bool:
+        beats.append(clock.now - 1000.0)
+        if len(beats) == 1:
+            raise OSError("the database is away")
+        return True
+
+    monkeypatch.setattr(owners, "heartbeat", beat)
+    monkeypatch.setattr(Node, "_sweep", lambda self: 1)
+    monkeypatch.setattr(
+        "django_tasks_coord.node.connections", {db.alias(): SimpleNamespace(close=lambda: None)}
+    )
+
+    def waited(at: float) -> None:
+        if at >= 16.5:
+            node._stopping.set()
+
+    node._lifeline_wake = LifelineEvent(clock, waited)  # type: ignore[assignment]
+    node._lifeline()
+    assert beats == [7.5, 8.5, 16.0]
+
+
+# --- cluster-wide chores ----------------------------------------------------------------------
+
+
+def test_of_n_live_nodes_each_sweeps_every_n_reap_intervals_on_average(monkeypatch):
+    node = idle_node(heartbeat_frequency=1.0, liveness_interval=30.0, reap_interval=5.0)
+    node._random = random.Random(7)
+    assert node._sweep_wait(1) == 5.0  # alone: exactly REAP_INTERVAL
+    waits = [node._sweep_wait(8) for _ in range(2000)]
+    assert min(waits) >= 20.0 and max(waits) <= 60.0  # 8 x 5 s, +-50%
+    assert statistics.mean(waits) == pytest.approx(40.0, rel=0.05)
+    # A big cluster: capped at 2 x LIVENESS_INTERVAL (then jittered) on each node.
+    waits = [node._sweep_wait(100) for _ in range(2000)]
+    assert min(waits) >= 30.0 and max(waits) <= 90.0
+
+
+def test_a_node_sweeps_at_the_rate_its_last_sweep_counted(monkeypatch):
+    node = idle_node(heartbeat_frequency=1.0, liveness_interval=30.0, reap_interval=5.0)
+    node._random = random.Random(1)
+    _, sweeps = lifeline(node, monkeypatch, until=400.0, live=8)
+    assert sweeps[0] == 5.0  # the first one after REAP_INTERVAL, as before
+    gaps = [b - a for a, b in itertools.pairwise(sweeps)]
+    assert all(20.0 <= gap <= 60.0 for gap in gaps)
+    # 8 such nodes sweep 8 / 40 s: the cluster about every REAP_INTERVAL.
+    assert statistics.mean(gaps) == pytest.approx(40.0, rel=0.25)
+
+
+def test_the_cluster_sweeps_about_every_reap_interval(monkeypatch):
+    """8 nodes with independent jitter: the longest gap between two sweeps of the cluster is
+    what a dead node's tasks may wait beyond the liveness interval."""
+    rng = random.Random(3)
+    nodes = []
+    for _ in range(8):
+        node = idle_node(heartbeat_frequency=1.0, liveness_interval=30.0, reap_interval=5.0)
+        node._random = random.Random(rng.random())
+        nodes.append(node)
+    times: list[float] = []
+    for node in nodes:
+        at = 5.0
+        while at < 3600.0:
+            times.append(at)
+            at += node._sweep_wait(8)
+    times.sort()
+    steady = [t for t in times if t > 100.0]
+    gaps = [b - a for a, b in itertools.pairwise(steady)]
+    assert statistics.mean(gaps) == pytest.approx(5.0, rel=0.15)
+    assert max(gaps) < 60.0  # never worse than one node's longest wait
+
+
+# --- PostgreSQL: the safety-net polls while NOTIFY wakes the node ----------------------------
+
+
+def listening_node(listening: bool | None, **overrides) -> Node:
+    node = idle_node(max_poll_interval=5.0, **overrides)
+    if listening is not None:
+        node._listener = SimpleNamespace(listening=threading.Event())  # type: ignore[assignment]
+        if listening:
+            node._listener.listening.set()
+    return node
+
+
+@pytest.mark.parametrize(
+    ("listening", "waits"),
+    [
+        (True, [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]),  # NOTIFY wakes it: up to 30 s
+        (None, [1.0, 2.0, 4.0, 5.0, 5.0, 5.0, 5.0]),  # nothing announces work: 5 s
+        (False, [1.0] * 7),  # PostgreSQL, LISTEN connection down: every POLL_INTERVAL
+    ],
+)
+def test_the_dispatchers_safety_net_backs_off_further_only_while_notify_wakes_it(
+    monkeypatch, listening, waits
+):
+    node = listening_node(listening)
+    event = dispatcher(node, [0] * 7, FakeClock(), monkeypatch)
+    assert event.waits == waits
+
+
+def test_the_listener_going_down_brings_the_short_polls_back_at_once(monkeypatch):
+    node = listening_node(True)
+
+    def on_wait(n: int) -> None:
+        if n == 6:
+            node._listener.listening.clear()
+        if n >= 8:
+            node._stopping.set()
+
+    clock = FakeClock()
+    script = iter([])
+    monkeypatch.setattr(node, "_refresh_topics", lambda: None)
+    monkeypatch.setattr(node, "_claim_round", lambda: next(script, 0))
+    from tests.node.test_idle import FakeEvent
+
+    node._wakeup = FakeEvent(clock, on_wait)  # type: ignore[assignment]
+    node._dispatch_loop()
+    assert node._wakeup.waits == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 1.0, 1.0]
+
+
+def test_notified_poll_interval_at_most_max_poll_interval_keeps_todays_cap(monkeypatch):
+    node = listening_node(True, notified_poll_interval=2.0)
+    event = dispatcher(node, [0] * 5, FakeClock(), monkeypatch)
+    assert event.waits == [1.0, 2.0, 4.0, 5.0, 5.0]
+
+
+def test_the_scheduler_backs_off_to_the_notified_cap_too(monkeypatch):
+    from tests.node.test_idle import schedule_loop
+
+    node = listening_node(True)
+    event, submitted = schedule_loop(node, monkeypatch, None, rounds=7)
+    assert event.waits == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+    assert submitted == [0.0]
+
+
+def test_the_scheduler_still_wakes_exactly_at_the_next_slot(monkeypatch):
+    from datetime import timedelta
+
+    from tests.node.test_idle import schedule_loop
+
+    node = listening_node(True)
+    event, submitted = schedule_loop(node, monkeypatch, timedelta(seconds=50), rounds=7)
+    # 1 + 2 + 4 + 8 + 16 s of back-off, then the 19 s left: it wakes at the slot.
+    assert event.waits[:6] == [1.0, 2.0, 4.0, 8.0, 16.0, 19.0]
+    assert submitted == [0.0, 50.0]
+
+
+def test_notified_poll_interval_must_be_a_positive_number():
+    for bad in (0, -1.0, "30", True):
+        with pytest.raises(ConfigurationError, match="NOTIFIED_POLL_INTERVAL"):
+            idle_node(notified_poll_interval=bad)
+
+
+def test_a_bad_notified_poll_interval_is_a_system_check_error():
+    from django_tasks_coord.checks import _setting_problems
+    from django_tasks_coord.conf import DEFAULTS
+
+    for bad in (0, -1.0, "30", True):
+        problems = _setting_problems({**DEFAULTS, "NOTIFIED_POLL_INTERVAL": bad})
+        assert any("NOTIFIED_POLL_INTERVAL" in p for p in problems), bad
+
+
+# --- resumed topics are announced -------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_resumed_topic_is_announced_and_the_node_reads_its_topics_at_once(monkeypatch):
+    queue.register_topic("work")
+    node = idle_node(poll_interval=1.0)
+    queue.pause_topic("work")
+    node._refresh_topics()
+    assert node._topics == []
+    announced: list[str] = []
+    monkeypatch.setattr(db, "notify", lambda conn, payload: announced.append(payload))
+    assert queue.resume_topic("work") is True
+    assert announced == [topics.RESUMED + "work"]
+    assert queue.resume_topic("work") is False  # not paused: nothing to announce
+    assert announced == [topics.RESUMED + "work"]
+    node._refresh_topics()
+    assert node._topics == []  # read less than POLL_INTERVAL ago, and nothing told the node
+    node.wake(announced[0])  # what the NOTIFY (or this process's commit) does
+    assert node._wakeup.is_set()
+    node._refresh_topics()
+    assert node._topics == ["work"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_pausing_is_still_honoured_before_each_claim_after_poll_interval(monkeypatch):
+    queue.register_topic("work")
+    node = idle_node(poll_interval=1.0)
+    clock = [100.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    node._refresh_topics()
+    assert node._topics == ["work"]
+    queue.pause_topic("work")
+    clock[0] += 1.0  # one POLL_INTERVAL later: the next claim round reads the topics first
+    node._refresh_topics()
+    assert node._topics == []
