@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -36,3 +37,36 @@ def skip_unless_row_locks() -> pytest.MarkDecorator:
     return pytest.mark.skipif(
         connection.vendor == "sqlite", reason="needs SELECT ... FOR UPDATE SKIP LOCKED"
     )
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
+    """Before the test database is dropped, wait for the sessions of other processes to end.
+
+    PostgreSQL refuses to drop a database another session is connected to. Tests start
+    and kill node processes; the server ends a killed client's session only once it
+    notices. Waits up to 15 s, then names what is left on stderr (a leak to look into)
+    and ends it, so that the run reports its tests rather than a failed clean-up.
+    """
+    yield
+    if connection.vendor != "postgresql":
+        return
+    import sys
+    import time
+
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        others = (
+            "SELECT pid, application_name, state, left(query, 200), backend_start "
+            "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        deadline = time.monotonic() + 15
+        cursor.execute(others)
+        left = cursor.fetchall()
+        while left and time.monotonic() < deadline:
+            time.sleep(0.2)  # polling for other processes' sessions to end, with a deadline
+            cursor.execute(others)
+            left = cursor.fetchall()
+        for session in left:
+            print(f"Session left on the test database, ended: {session}", file=sys.stderr)
+            cursor.execute("SELECT pg_terminate_backend(%s)", [session[0]])
+    connection.close()
