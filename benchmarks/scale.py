@@ -120,12 +120,19 @@ def main() -> None:
     parser.add_argument(
         "--merge", action="store_true", help="keep the other databases' results in scale.json"
     )
+    parser.add_argument(
+        "--render", action="store_true", help="rewrite scale.md from scale.json and stop"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.size_list = sorted({int(s.replace("_", "")) for s in args.sizes.split(",") if s.strip()})
     if args.child:
         child(args)
+        return
+    if args.render:
+        document = json.loads((RESULTS / "scale.json").read_text())
+        write_report("scale", document, lambda: markdown(document))
         return
     vendors = [v.strip() for v in args.databases.split(",") if v.strip()]
     unknown = sorted(set(vendors) - set(URLS))
@@ -516,8 +523,27 @@ class Bench:
         """``--workers`` threads claim and complete ``--tasks`` tasks; throughput and latency."""
         from benchmarks.common import on
 
+        before = self.io_counters()
         with on(self.alias):
-            return self._run_once()
+            run = self._run_once()
+        after = self.io_counters()
+        # Pages read per task: from disk (or the OS cache) and in all (cache hits too).
+        run["pages_read_per_task"] = round((after[0] - before[0]) / max(run["tasks"], 1), 2)
+        run["pages_per_task"] = round((after[1] - before[1]) / max(run["tasks"], 1), 2)
+        return run
+
+    def io_counters(self) -> tuple[int, int]:
+        """(pages read into the cache, pages asked for) so far: PostgreSQL this database's
+        ``blks_read`` and ``blks_read + blks_hit``; MariaDB the server's InnoDB buffer pool
+        reads and read requests (every database on the server)."""
+        if self.vendor == "postgres":
+            self.sql("SELECT pg_stat_clear_snapshot()")
+            read, hit = self.sql(
+                "SELECT blks_read, blks_hit FROM pg_stat_database WHERE datname = current_database()"
+            )[0]
+            return int(read), int(read) + int(hit)
+        rows = dict(self.sql("SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_read%%'"))
+        return int(rows["Innodb_buffer_pool_reads"]), int(rows["Innodb_buffer_pool_read_requests"])
 
     def _run_once(self) -> dict[str, Any]:
         from django.db import connections
@@ -814,7 +840,8 @@ def child(args: argparse.Namespace) -> None:
                 name = f"ref {human(smallest)}" if which is reference else human(size)
                 print(
                     f"    run {r + 1} {name:>8}: {run['rate']:8.0f} tasks/s  claim p50 "
-                    f"{run['p50_ms']:6.2f} ms  p99 {run['p99_ms']:6.2f} ms  (refill "
+                    f"{run['p50_ms']:6.2f} ms  p99 {run['p99_ms']:6.2f} ms  pages/task read "
+                    f"{run['pages_read_per_task']} of {run['pages_per_task']} (refill "
                     f"{refill_s:.1f} s; load {run['load']})",
                     flush=True,
                 )
@@ -832,6 +859,9 @@ def child(args: argparse.Namespace) -> None:
             "p99_x_worse": round(statistics.median(b["p99_ms"] / a["p99_ms"] for a, b in pairs), 2),
             "p50_x_worse": round(statistics.median(b["p50_ms"] / a["p50_ms"] for a, b in pairs), 2),
         }
+        for key, source in (("", runs), ("reference_", ref_runs)):
+            for name in ("pages_read_per_task", "pages_per_task"):
+                entry[f"{key}{name}"] = statistics.median(r[name] for r in source)
         print(f"    against the reference: {entry['vs_reference']}", flush=True)
         entry["plans"] = bench.plans()
         entry["seq_scans"] = {
@@ -887,6 +917,16 @@ def ratios(result: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
+def io(entry: dict[str, Any]) -> str:
+    """Pages per task read into the cache, of all asked for, and the reference's (medians)."""
+    if "pages_per_task" not in entry:
+        return "-"
+    return (
+        f"{entry['pages_read_per_task']} of {entry['pages_per_task']} "
+        f"({entry['reference_pages_read_per_task']} of {entry['reference_pages_per_task']})"
+    )
+
+
 def human(n: int) -> str:
     for unit, div in (("M", 10**6), ("k", 10**3)):
         if n >= div and n % div == 0:
@@ -928,17 +968,26 @@ def markdown(document: dict[str, Any]) -> str:
             if schema["partitioned"]
             else "not partitioned"
         )
+        merged = result.get("merged_from")
+        earlier = (
+            f" Measured in an earlier run ({merged['date']}, revision {merged['revision']}, load "
+            f"{merged['load_start']} -> {merged['load_end']})."
+            if merged
+            else ""
+        )
         lines += [
             f"## {label}",
             "",
-            f"{result['server']}; task table {part}; settings {json.dumps(result['settings'])}.",
+            f"{result['server']}; task table {part}; settings {json.dumps(result['settings'])}."
+            f"{earlier}",
             "",
             "| completed tasks | claim+complete tasks/s | claim p50 ms | claim p99 ms | "
             f"reference ({human(result.get('reference', {}).get('size', 0))}) in the same "
             "rounds: tasks/s, p50, p99 | x worse than the reference: throughput, p99 (p50) | "
-            f"seq scans of the task table (>= {SMALL_ROWS:,} rows) | runs (tasks/s) | build s "
+            f"seq scans of the task table (>= {SMALL_ROWS:,} rows) | pages per task: read from "
+            "disk / OS cache, of all (reference) | runs (tasks/s) | build s "
             "(history + queue + indexes + analyze) | table + indexes MB | load before -> after |",
-            "| ---: | ---: | ---: | ---: | --- | --- | --- | --- | ---: | ---: | --- |",
+            "| ---: | ---: | ---: | ---: | --- | --- | --- | --- | --- | ---: | ---: | --- |",
         ]
         sizes = result["sizes"]
         for key in sorted(sizes, key=int):
@@ -951,7 +1000,7 @@ def markdown(document: dict[str, Any]) -> str:
                 f"| {int(key):,} | {entry['rate']:,.0f} | {entry['p50_ms']} | {entry['p99_ms']} | "
                 f"{entry['reference_rate']:,.0f}, {entry['reference_p50_ms']}, "
                 f"{entry['reference_p99_ms']} | {vs['throughput_x_worse']}x, {vs['p99_x_worse']}x "
-                f"({vs['p50_x_worse']}x) | {', '.join(scans) or 'none'} | {runs} | "
+                f"({vs['p50_x_worse']}x) | {', '.join(scans) or 'none'} | {io(entry)} | {runs} | "
                 f"{build['total_s']} ({build['history_s']} + {build['pending_s']} + "
                 f"{build.get('indexes_s', 0)} + {build['analyze_s']}) | {size['table_mb']:,} + "
                 f"{size['indexes_mb']:,} | {entry['load_before']} -> {entry['load_after']} |"
@@ -1029,6 +1078,8 @@ def markdown(document: dict[str, Any]) -> str:
         lines.append("")
     if document["errors"]:
         lines += ["## Errors", ""] + [f"- {e}" for e in document["errors"]] + [""]
+    if document.get("notes"):  # findings added to scale.json by hand after a run
+        lines += ["## Findings", ""] + [f"- {n}" for n in document["notes"]] + [""]
     lines += [
         "Building: PostgreSQL inserts through the (partitioned or not) table with all its "
         "indexes in place. MariaDB's 128 MB buffer pool makes the upkeep of 17 secondary "
@@ -1037,8 +1088,9 @@ def markdown(document: dict[str, Any]) -> str:
         "that way is more compact than one grown row by row.",
         "",
         "All plans at every size are in `scale.json`. Sizes are built one after another in one "
-        "database (1k, then grown to 1M, then to 10M), so figures of different sizes are taken "
-        "minutes apart on a shared machine: compare them with the load averages in mind.",
+        "database (1k, then grown to 1M, then to 10M), so the rows of different sizes are taken "
+        "many minutes apart on a shared machine; the ratios come from runs paired with the "
+        "reference database instead.",
         "",
     ]
     return "\n".join(lines)
