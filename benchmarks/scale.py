@@ -173,6 +173,7 @@ def main() -> None:
                 drop_database(vendor)
                 drop_database(vendor, REF_NAME)
     previous = RESULTS / "scale.json"
+    kept: dict[str, Any] = {}
     if args.merge and previous.exists():
         kept = json.loads(previous.read_text())
         for vendor, result in kept.get("results", {}).items():
@@ -181,7 +182,9 @@ def main() -> None:
         results = {v: results[v] for v in URLS if v in results}
     meta["load_end"] = load_average()
     meta["duration_min"] = round((time.monotonic() - started) / 60, 1)
-    document = {"meta": meta, "results": results, "errors": errors}
+    document: dict[str, Any] = {"meta": meta, "results": results, "errors": errors}
+    if args.merge and previous.exists() and kept.get("notes"):
+        document["notes"] = kept["notes"]  # findings written by hand: edit them after the run
     write_report("scale", document, lambda: markdown(document))
 
 
