@@ -1,4 +1,4 @@
-"""Scale: claim + complete, and the plans of the claim, the reaper and the admin, on big tables.
+r"""Scale: claim + complete, and the plans of the claim, the reaper and the admin, on big tables.
 
 For each database (``--databases postgres,mysql``) the task table is grown to each history
 size in turn (``--sizes 1000,1000000,10000000`` completed tasks over 10 topics, with
@@ -34,6 +34,16 @@ Usage::
 
     ./run bench scale                                   # both databases, 1k / 1M / 10M
     .venv/bin/python benchmarks/scale.py --databases postgres --sizes 1000,100000
+    .venv/bin/python benchmarks/scale.py --databases mysql --sizes 1000,10000000 --merge \
+        --innodb-buffer-pool 1024                       # MariaDB with a 1 GB buffer pool
+
+``--innodb-buffer-pool MB`` (MariaDB only): the parent sets the server's
+``innodb_buffer_pool_size`` to MB with ``SET GLOBAL`` before the MariaDB child starts (MariaDB
+10.11 resizes it online; the script waits until ``Innodb_buffer_pool_resize_status`` says it
+is done) and always sets the original value back at the end (``finally``: also on an error,
+Ctrl-C, SIGTERM or SIGHUP); the values before, during and after are in the results, and the
+figures go to a section of their own (results key ``mysql_pool_<MB>mb``), next to the
+default-size ones with ``--merge``.
 
 Each database is measured by a child process (this script with ``--child``), on the test
 settings (``tests.settings``: the admin is installed) and a database of its own,
@@ -67,6 +77,7 @@ import argparse
 import json
 import platform
 import re
+import signal
 import statistics
 import subprocess
 import tempfile
@@ -118,6 +129,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--keep", action="store_true", help="do not drop bench_scale at the end")
     parser.add_argument(
+        "--innodb-buffer-pool",
+        type=int,
+        metavar="MB",
+        help="MariaDB: innodb_buffer_pool_size for the run (set online, restored at the end)",
+    )
+    parser.add_argument(
         "--merge", action="store_true", help="keep the other databases' results in scale.json"
     )
     parser.add_argument(
@@ -138,6 +155,10 @@ def main() -> None:
     unknown = sorted(set(vendors) - set(URLS))
     if unknown:
         parser.error(f"unknown database(s) {', '.join(unknown)}; choose from {', '.join(URLS)}")
+    # SIGTERM / SIGHUP unwind like Ctrl-C, so that the finally blocks below run (the child is
+    # killed by subprocess.run, the databases dropped, the buffer pool size restored).
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _interrupt)
     started = time.monotonic()
     meta: dict[str, Any] = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -161,25 +182,41 @@ def main() -> None:
         command = [sys.executable, str(Path(__file__).resolve()), *forward(args)]
         command += ["--child", vendor, "--out", str(out)]
         env = subprocess_env("tests.settings", DATABASE_URL=URLS[vendor])
+        pool: dict[str, Any] | None = None
+        key = vendor
         try:
-            code = subprocess.run(command, cwd=ROOT, env=env).returncode
-            if out.stat().st_size:
-                results[vendor] = json.loads(out.read_text())
-            if code:
-                errors.append(f"{vendor}: the child exited with {code}")
+            if vendor == "mysql" and args.innodb_buffer_pool:
+                key = f"{vendor}_pool_{args.innodb_buffer_pool}mb"
+                pool = {"requested_mb": args.innodb_buffer_pool}
+                set_buffer_pool(args.innodb_buffer_pool * 2**20, pool)
+            try:
+                code = subprocess.run(command, cwd=ROOT, env=env).returncode
+                if out.stat().st_size:
+                    results[key] = {"vendor": vendor, **json.loads(out.read_text())}
+                if code:
+                    errors.append(f"{key}: the child exited with {code}")
+            finally:
+                out.unlink(missing_ok=True)
+                if not args.keep:
+                    drop_database(vendor)
+                    drop_database(vendor, REF_NAME)
         finally:
-            out.unlink(missing_ok=True)
-            if not args.keep:
-                drop_database(vendor)
-                drop_database(vendor, REF_NAME)
+            if pool is not None and "before" in pool:
+                pool.update(restore_buffer_pool(pool["before"]))
+                print(f"  innodb_buffer_pool_size: {pool}", flush=True)
+                if key in results:
+                    results[key]["buffer_pool"] = pool
     previous = RESULTS / "scale.json"
     kept: dict[str, Any] = {}
     if args.merge and previous.exists():
         kept = json.loads(previous.read_text())
         for vendor, result in kept.get("results", {}).items():
-            if vendor not in results:
-                results[vendor] = {**result, "merged_from": kept["meta"]}
-        results = {v: results[v] for v in URLS if v in results}
+            if vendor not in results:  # an earlier merge's date is kept
+                results[vendor] = {"merged_from": kept["meta"], **result}
+        order = list(URLS)
+        results = dict(
+            sorted(results.items(), key=lambda kv: (order.index(kv[1].get("vendor", kv[0])), kv[0]))
+        )
     meta["load_end"] = load_average()
     meta["duration_min"] = round((time.monotonic() - started) / 60, 1)
     document: dict[str, Any] = {"meta": meta, "results": results, "errors": errors}
@@ -198,6 +235,87 @@ def forward(args: argparse.Namespace) -> list[str]:
         f"--workers={args.workers}",
         f"--repeat={args.repeat}",
     ]
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def buffer_pool_state(cursor: Any) -> tuple[int, str]:
+    """MariaDB: (innodb_buffer_pool_size in bytes, Innodb_buffer_pool_resize_status)."""
+    cursor.execute("SELECT @@GLOBAL.innodb_buffer_pool_size")
+    size = int(cursor.fetchone()[0])
+    cursor.execute("SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_resize_status'")
+    row = cursor.fetchone()
+    return size, (row[1] if row else "") or ""
+
+
+def resize_buffer_pool(size: int, timeout: float = 600) -> dict[str, Any]:
+    """``SET GLOBAL innodb_buffer_pool_size`` and wait until the online resize is done.
+
+    Done: the resize status no longer says it is at work (MariaDB 10.11: "Completed
+    resizing buffer pool at ...", or empty when the statement itself waited) and the
+    variable holds the new value (rounded up to a chunk at most). A failed resize raises."""
+    conn = admin_connect("mysql")
+    try:
+        cursor = conn.cursor()
+        started = time.monotonic()
+        cursor.execute("SET GLOBAL innodb_buffer_pool_size = %s", [size])
+        while True:
+            current, status = buffer_pool_state(cursor)
+            if "fail" in status.lower():
+                raise RuntimeError(f"innodb_buffer_pool_size resize failed: {status}")
+            busy = bool(status) and not status.lower().startswith("completed")
+            if not busy and abs(current - size) < 2**27:
+                break
+            if time.monotonic() - started > timeout:
+                raise RuntimeError(f"innodb_buffer_pool_size resize not done: {status!r}")
+            time.sleep(0.5)
+        return {"bytes": current, "status": status, "wait_s": round(time.monotonic() - started, 1)}
+    finally:
+        conn.close()
+
+
+def set_buffer_pool(size: int, pool: dict[str, Any]) -> None:
+    """Record the server's buffer pool size in ``pool["before"]`` before anything changes
+    (from then on the caller restores it, whatever happens), then resize it to ``size``."""
+    conn = admin_connect("mysql")
+    try:
+        before, _ = buffer_pool_state(conn.cursor())
+    finally:
+        conn.close()
+    pool["before"], pool["before_mb"] = before, round(before / 2**20)
+    print(
+        f"  innodb_buffer_pool_size {before / 2**20:,.0f} MB -> {size / 2**20:,.0f} MB", flush=True
+    )
+    done = resize_buffer_pool(size)
+    pool.update(
+        during=done["bytes"],
+        during_mb=round(done["bytes"] / 2**20),
+        resize_status=done["status"],
+        resize_wait_s=done["wait_s"],
+    )
+
+
+def restore_buffer_pool(before: int) -> dict[str, Any]:
+    """Set the buffer pool back to ``before`` bytes (retried: a shrink may be refused while
+    the pool is busy); what it is afterwards."""
+    last: BaseException | None = None
+    for attempt in range(5):
+        try:
+            done = resize_buffer_pool(before)
+            return {
+                "after": done["bytes"],
+                "after_mb": round(done["bytes"] / 2**20),
+                "restored": done["bytes"] == before,
+                "restore_wait_s": done["wait_s"],
+            }
+        except Exception as exc:  # noqa: BLE001 - retried, then reported
+            last = exc
+            print(f"  restoring innodb_buffer_pool_size failed ({exc}); retrying", flush=True)
+            time.sleep(5 * (attempt + 1))
+    print(f"  COULD NOT RESTORE innodb_buffer_pool_size to {before}: {last}", flush=True)
+    return {"after": None, "restored": False, "restore_error": str(last)}
 
 
 def server(vendor: str) -> dict[str, Any]:
@@ -920,6 +1038,56 @@ def ratios(result: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
+def section_title(vendor: str, result: dict[str, Any]) -> str:
+    """The database, and for MariaDB the size of its buffer pool during the run."""
+    label = LABELS[vendor]
+    if vendor != "mysql":
+        return label
+    size = int(result["settings"].get("innodb_buffer_pool_size", 0)) // 2**20
+    if result.get("buffer_pool"):
+        return f"{label}, buffer pool sized to the working set ({size:,} MB)"
+    return f"{label}, the server's default buffer pool ({size:,} MB)"
+
+
+def pool_line(result: dict[str, Any]) -> str:
+    """What ``--innodb-buffer-pool`` did to the server: the values before, during, after."""
+    pool = result.get("buffer_pool")
+    if not pool:
+        return ""
+    after = f"{pool['after_mb']:,} MB" if pool.get("after") is not None else "NOT RESTORED"
+    return (
+        f" `innodb_buffer_pool_size` set for this run with `SET GLOBAL` (online resize): "
+        f"{pool['before_mb']:,} MB before, {pool['during_mb']:,} MB during the run, {after} "
+        f"after ({'restored' if pool.get('restored') else '**not restored**'})."
+    )
+
+
+def targets(results: dict[str, Any]) -> list[str]:
+    """One line per measured configuration: is the target met at the largest size?"""
+    lines = [
+        "## Targets at a glance",
+        "",
+        "| database, configuration | sizes | throughput x worse | p99 x worse (p50) | "
+        "seq scans of the task table | target |",
+        "| --- | --- | ---: | ---: | --- | --- |",
+    ]
+    for key, result in results.items():
+        vendor = result.get("vendor", key)
+        r = ratios(result)
+        if not r:
+            continue
+        sizes = result["sizes"]
+        largest = sizes[max(sizes, key=int)]
+        scans = sorted({t for v in largest["seq_scans"].values() for t in v})
+        met = r["met"] and not scans
+        lines.append(
+            f"| {section_title(vendor, result)} | {human(r['large'])} vs {human(r['small'])} | "
+            f"{r['throughput_x_worse']}x | {r['p99_x_worse']}x ({r['p50_x_worse']}x) | "
+            f"{', '.join(scans) or 'none'} | {'met' if met else '**missed**'} |"
+        )
+    return [*lines, ""]
+
+
 def io(entry: dict[str, Any]) -> str:
     """Pages per task read into the cache, of all asked for, and the reference's (medians)."""
     if "pages_per_task" not in entry:
@@ -963,7 +1131,9 @@ def markdown(document: dict[str, Any]) -> str:
         "sequential scan of the task table.",
         "",
     ]
-    for vendor, result in results.items():
+    lines += targets(results)
+    for key_, result in results.items():
+        vendor = result.get("vendor", key_)
         schema = result.get("schema_end") or result["schema"]
         label = LABELS[vendor]
         part = (
@@ -979,10 +1149,10 @@ def markdown(document: dict[str, Any]) -> str:
             else ""
         )
         lines += [
-            f"## {label}",
+            f"## {section_title(vendor, result)}",
             "",
             f"{result['server']}; task table {part}; settings {json.dumps(result['settings'])}."
-            f"{earlier}",
+            f"{earlier}{pool_line(result)}",
             "",
             "| completed tasks | claim+complete tasks/s | claim p50 ms | claim p99 ms | "
             f"reference ({human(result.get('reference', {}).get('size', 0))}) in the same "
@@ -1087,7 +1257,8 @@ def markdown(document: dict[str, Any]) -> str:
         "Building: PostgreSQL inserts through the (partitioned or not) table with all its "
         "indexes in place. MariaDB's 128 MB buffer pool makes the upkeep of 17 secondary "
         "indexes crawl for millions of rows, so for a load of 200,000 rows or more they are "
-        "dropped and added back afterwards (same DDL, checked), built sorted: an index built "
+        "dropped and added back afterwards (same DDL, checked; also with a bigger buffer pool, "
+        "so that the builds compare), built sorted: an index built "
         "that way is more compact than one grown row by row.",
         "",
         "All plans at every size are in `scale.json`. Sizes are built one after another in one "
