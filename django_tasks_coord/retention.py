@@ -302,19 +302,37 @@ def delete_finished(
     old = Task.objects.using(db.alias()).filter(
         topic_id=topic, state__in=list(states), finished_at__lt=before
     )
-    budget = _Budget(max_batches)
-    deleted, after = 0, 0
-    while not budget.spent:
-        window = old.filter(sequence__gt=after).order_by("sequence")
-        candidates = list(window.values_list("sequence", flat=True)[:batch_size])
+    deleted, _ = _delete_range(old, old, batch_size, _Budget(max_batches))
+    return deleted
+
+
+def _delete_range(
+    window: QuerySet[Task],
+    victims: QuerySet[Task],
+    batch_size: int,
+    budget: _Budget,
+    after: int = 0,
+) -> tuple[int, int]:
+    """Walk ``window`` in sequence order from after ``after``, ``batch_size`` candidates at a
+    time, deleting those that are ``victims``, until the window is exhausted or ``budget``
+    is spent. Returns the tasks deleted and where the next walk resumes (``0``: from the
+    window's start, as it was exhausted)."""
+    deleted = 0
+    while True:
+        candidates = list(
+            window.filter(sequence__gt=after)
+            .order_by("sequence")
+            .values_list("sequence", flat=True)[:batch_size]
+        )
         if not candidates:
-            break
+            return deleted, 0
+        if budget.spent:  # candidates are left: for the next walk
+            return deleted, after
         budget.take()
-        deleted += _delete_batch(old, candidates)
+        deleted += _delete_batch(victims, candidates)
         after = candidates[-1]
         if len(candidates) < batch_size:
-            break
-    return deleted
+            return deleted, 0
 
 
 def _delete(
@@ -360,26 +378,13 @@ def _delete(
         victims = tasks.filter(topic_id=topic, state=state)
         if before is not None:
             victims = victims.filter(finished_at__lt=before)
+        window = tasks.filter(topic_id=topic, state=state)
+        if limit is not None:
+            window = window.filter(sequence__lt=limit)
         key = (topic, state, kind)
         after = sweeps.get(key, 0) if sweeps is not None else 0
-        while True:
-            window = tasks.filter(topic_id=topic, state=state, sequence__gt=after)
-            if limit is not None:
-                window = window.filter(sequence__lt=limit)
-            candidates = list(
-                window.order_by("sequence").values_list("sequence", flat=True)[:batch_size]
-            )
-            if not candidates:
-                after = 0  # the end of the range: the next sweep starts from its beginning
-                break
-            if budget.spent:  # candidates are left: for the next pass
-                break
-            budget.take()
-            deleted += _delete_batch(victims, candidates)
-            after = candidates[-1]
-            if len(candidates) < batch_size:
-                after = 0
-                break
+        removed, after = _delete_range(window, victims, batch_size, budget, after)
+        deleted += removed
         if sweeps is not None:
             sweeps[key] = after
     return deleted
