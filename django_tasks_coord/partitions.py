@@ -114,18 +114,15 @@ def ensure_partition(topic: str, using: str | None = None) -> bool:
     from django_tasks_coord import db
 
     connection = connections[using or db.alias()]
-    if not is_partitioned(connection):
+    if not supported(connection):
         return False
     quote = connection.ops.quote_name
     parent, name, default = table(), partition_name(topic), default_partition()
-    with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = to_regclass(%s) "
-            "AND inhparent = to_regclass(%s))",
-            [name, parent],
-        )
-        if cursor.fetchone()[0]:
+    with connection.cursor() as cursor:
+        # An existing topic (every node start registers its topics): one catalog query.
+        if _attached(cursor, name) or not is_partitioned(connection):
             return False
+    with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
         # One lock order for everyone who attaches: the task table (SHARE UPDATE EXCLUSIVE
         # conflicts with itself, so attaching is one at a time), then the default partition.
         cursor.execute(f"LOCK TABLE {quote(parent)} IN SHARE UPDATE EXCLUSIVE MODE")
@@ -133,12 +130,7 @@ def ensure_partition(topic: str, using: str | None = None) -> bool:
         has_default = cursor.fetchone()[0]
         if has_default:
             cursor.execute(f"LOCK TABLE {quote(default)} IN ACCESS EXCLUSIVE MODE")
-        cursor.execute(
-            "SELECT EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = to_regclass(%s) "
-            "AND inhparent = to_regclass(%s))",
-            [name, parent],
-        )
-        if cursor.fetchone()[0]:  # another process attached it while we waited
+        if _attached(cursor, name):  # another process attached it while we waited
             return False
         cursor.execute(
             f"CREATE TABLE IF NOT EXISTS {quote(name)} "
@@ -161,6 +153,16 @@ def ensure_partition(topic: str, using: str | None = None) -> bool:
         extra={"topic": topic, "partition": name},
     )
     return True
+
+
+def _attached(cursor: object, name: str) -> bool:
+    """Whether the table ``name`` is attached to the task table as a partition."""
+    cursor.execute(  # type: ignore[attr-defined]
+        "SELECT EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = to_regclass(%s) "
+        "AND inhparent = to_regclass(%s))",
+        [name, table()],
+    )
+    return bool(cursor.fetchone()[0])  # type: ignore[attr-defined]
 
 
 def orphans(connection: BaseDatabaseWrapper) -> list[str]:
@@ -286,7 +288,6 @@ def convert(
     quote = connection.ops.quote_name
     old, new = table(), f"{table()}_new"
     trigger_function = f"{table()}_mirror"
-    in_atomic = connection.in_atomic_block
 
     with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
         schema = _schema(cursor, old)
@@ -382,8 +383,7 @@ def convert(
             cursor.execute(select, [start, end])
             copied += max(cursor.rowcount, 0)
         start = end
-        if not in_atomic:
-            say(f"Copied up to sequence {end} ({copied} rows).")
+        say(f"Copied up to sequence {end} ({copied} rows).")
 
     with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
         cursor.execute(f"LOCK TABLE {quote(old)} IN ACCESS EXCLUSIVE MODE")
@@ -393,13 +393,12 @@ def convert(
         cursor.execute(f"DROP TRIGGER {quote(trigger_function)} ON {quote(old)}")
         cursor.execute(f"DROP FUNCTION {quote(trigger_function)}()")
         # Names: the old table's move aside, the new table's take their place.
-        old_schema = _schema(cursor, old)
-        for name in [old_schema.primary_key, *old_schema.unique]:
+        for name in [schema.primary_key, *schema.unique]:
             cursor.execute(
                 f"ALTER TABLE {quote(old)} RENAME CONSTRAINT {quote(name)} "
                 f"TO {quote(_temporary(name, 'o'))}"
             )
-        for name in old_schema.indexes:
+        for name in schema.indexes:
             cursor.execute(f"ALTER INDEX {quote(name)} RENAME TO {quote(_temporary(name, 'o'))}")
         for name in [schema.primary_key, *schema.unique]:
             cursor.execute(
