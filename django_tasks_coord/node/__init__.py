@@ -509,10 +509,10 @@ class Node:
         (MariaDB/MySQL, SQLite, ``LISTEN_NOTIFY`` off). On PostgreSQL while the LISTEN
         connection is down nothing would wake the node: it polls every ``POLL_INTERVAL``.
         """
-        if self._listener is not None and not self._notified():
-            return self.config.poll_interval
         if self._notified():
             return backoff.wait
+        if self._listener is not None:  # PostgreSQL, its LISTEN connection down
+            return self.config.poll_interval
         return min(backoff.wait, max(self.config.max_poll_interval, self.config.poll_interval))
 
     def _idle_timeout(self) -> float:
