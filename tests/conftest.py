@@ -52,21 +52,24 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[N
     if connection.vendor != "postgresql":
         return
     import sys
-    import time
+
+    from tests.processes import wait_for
 
     with django_db_blocker.unblock(), connection.cursor() as cursor:
-        others = (
-            "SELECT pid, application_name, state, left(query, 200), backend_start "
-            "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        )
-        deadline = time.monotonic() + 15
-        cursor.execute(others)
-        left = cursor.fetchall()
-        while left and time.monotonic() < deadline:
-            time.sleep(0.2)  # polling for other processes' sessions to end, with a deadline
-            cursor.execute(others)
-            left = cursor.fetchall()
-        for session in left:
-            print(f"Session left on the test database, ended: {session}", file=sys.stderr)
-            cursor.execute("SELECT pg_terminate_backend(%s)", [session[0]])
+
+        def others() -> list[tuple]:
+            """Sessions of other processes on the test database."""
+            cursor.execute(
+                "SELECT pid, application_name, state, left(query, 200), backend_start "
+                "FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid()"
+            )
+            return list(cursor.fetchall())
+
+        try:
+            wait_for(lambda: not others(), timeout=15, interval=0.2)
+        except AssertionError:
+            for session in others():
+                print(f"Session left on the test database, ended: {session}", file=sys.stderr)
+                cursor.execute("SELECT pg_terminate_backend(%s)", [session[0]])
     connection.close()
