@@ -62,6 +62,7 @@ from django_tasks_coord.topics import TopicRef, topic_name
 __all__ = [
     "COMPLETED_STATES",
     "FAILED_STATES",
+    "LIMITS",
     "PASS_MAX_BATCHES",
     "Housekeeper",
     "Policy",
@@ -86,7 +87,8 @@ FAILED_STATES: tuple[TaskState, ...] = (TaskState.FAILED,)
 #: At most this many batches per pass of a node's :class:`Housekeeper`.
 PASS_MAX_BATCHES = 10
 
-_LIMITS = ("keep_completed_days", "keep_completed_rows", "keep_failed_days", "keep_failed_rows")
+#: The Topic fields that hold a policy's limits.
+LIMITS = ("keep_completed_days", "keep_completed_rows", "keep_failed_days", "keep_failed_rows")
 
 
 @dataclass(frozen=True)
@@ -102,12 +104,12 @@ class Policy:
     @classmethod
     def of(cls, topic: Topic) -> Policy:
         """The policy stored on ``topic``."""
-        return cls(topic.name, **{name: getattr(topic, name) for name in _LIMITS})
+        return cls(topic.name, **{name: getattr(topic, name) for name in LIMITS})
 
     @property
     def is_set(self) -> bool:
         """True if any limit is set (the topic's tasks are not all kept for ever)."""
-        return any(getattr(self, name) is not None for name in _LIMITS)
+        return any(getattr(self, name) is not None for name in LIMITS)
 
     def rules(self) -> list[tuple[tuple[TaskState, ...], int | None, int | None]]:
         """``(states, days, rows)`` for each class that has a limit."""
@@ -175,13 +177,13 @@ def set_policy(
 def get_policy(topic: TopicRef) -> Policy:
     """``topic``'s retention policy (read from the database)."""
     name = topic_name(topic)
-    row = Topic.objects.using(db.alias()).only(*_LIMITS).get(name=name)
+    row = Topic.objects.using(db.alias()).only(*LIMITS).get(name=name)
     return Policy.of(row)
 
 
 def policies() -> list[Policy]:
     """The policies of every topic that has one, by topic name (one query)."""
-    rows = Topic.objects.using(db.alias()).filter(_has_policy()).only("name", *_LIMITS)
+    rows = Topic.objects.using(db.alias()).filter(_has_policy()).only("name", *LIMITS)
     return [Policy.of(row) for row in rows.order_by("name")]
 
 

@@ -40,15 +40,6 @@ def task_list_url(**params: Any) -> str:
     return f"{url}?{urlencode(params)}" if params else url
 
 
-#: The fields of a topic that the admin edits: its retention policy.
-RETENTION_FIELDS = (
-    "keep_completed_days",
-    "keep_completed_rows",
-    "keep_failed_days",
-    "keep_failed_rows",
-)
-
-
 @admin.register(Topic)
 class TopicAdmin(ServiceActionsAdmin):
     """Topics with their backlog; pause and resume them (every node stops within one poll);
@@ -92,7 +83,7 @@ class TopicAdmin(ServiceActionsAdmin):
     def save_model(self, request: HttpRequest, obj: Topic, form: Any, change: bool) -> None:
         """Write the retention limits through ``retention.set_policy`` (an update of those
         columns only: a pause or a failure count written meanwhile is kept)."""
-        retention.set_policy(obj, **{name: form.cleaned_data[name] for name in RETENTION_FIELDS})
+        retention.set_policy(obj, **{name: form.cleaned_data[name] for name in retention.LIMITS})
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Topic]:
         tasks = Task.objects.filter(topic_id=OuterRef("name"))
