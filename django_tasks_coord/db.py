@@ -14,7 +14,7 @@ from typing import Any
 from django.db import connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.base.schema import BaseDatabaseSchemaEditor
-from django.db.backends.ddl_references import Statement
+from django.db.backends.ddl_references import Columns, Statement, Table
 from django.db.models.functions import Now
 
 from django_tasks_coord.conf import app_settings
@@ -141,7 +141,10 @@ class PendingIndex(models.Index):
     MySQL/MariaDB have no partial indexes; there ``fallback_fields`` is indexed, by
     default the fields with ``state`` put after the leading one, which keeps the
     lookup a range scan of the same rows. (A plain ``Index(condition=...)`` is
-    silently *not created* on MySQL.)
+    silently *not created* on MySQL.) ``fallback_columns`` instead names the columns
+    to index there by their database names: for a generated column a migration adds
+    on MySQL/MariaDB only, which the model does not declare (see
+    :data:`django_tasks_coord.models.UNFINISHED_IDENTIFIER`).
     """
 
     def __init__(
@@ -153,18 +156,22 @@ class PendingIndex(models.Index):
         states: Sequence[int] | None = None,
         state_below: int | None = None,
         fallback_fields: Sequence[str] | None = None,
+        fallback_columns: Sequence[str] | None = None,
     ) -> None:
         super().__init__(fields=fields, name=name)
         if sum(x is not None for x in (state_value, states, state_below)) != 1:
             raise ValueError("Give exactly one of state_value, states and state_below.")
+        if fallback_fields is not None and fallback_columns is not None:
+            raise ValueError("Give at most one of fallback_fields and fallback_columns.")
         self.state_value = state_value
         self.states = tuple(states) if states is not None else None
         self.state_below = state_below
         self.fallback_fields = list(fallback_fields) if fallback_fields is not None else None
+        self.fallback_columns = list(fallback_columns) if fallback_columns is not None else None
 
     def deconstruct(self) -> tuple[str, Sequence[Any], dict[str, Any]]:
         path, args, kwargs = super().deconstruct()
-        for key in ("state_value", "states", "state_below", "fallback_fields"):
+        for key in ("state_value", "states", "state_below", "fallback_fields", "fallback_columns"):
             if (value := getattr(self, key)) is not None:
                 kwargs[key] = list(value) if isinstance(value, tuple) else value
         return path, args, kwargs
@@ -189,6 +196,14 @@ class PendingIndex(models.Index):
         using: str = "",
         **kwargs: Any,
     ) -> Statement:
+        if self.fallback_columns and not schema_editor.connection.features.supports_partial_indexes:
+            table, quote = model._meta.db_table, schema_editor.quote_name
+            return Statement(
+                "CREATE INDEX %(name)s ON %(table)s (%(columns)s)",
+                name=quote(self.name),
+                table=Table(table, quote),
+                columns=Columns(table, self.fallback_columns, quote),
+            )
         return self._concrete(schema_editor.connection).create_sql(
             model, schema_editor, using=using, **kwargs
         )

@@ -9,10 +9,15 @@ read-side querysets.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from django.conf import settings
 from django.db import connections, models
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models.expressions import Combinable
 from django.db.models.functions import Now
+from django.db.models.lookups import Exact, In
+from django.db.models.sql.compiler import SQLCompiler
 from django.utils.translation import gettext_lazy as _
 
 from django_tasks_coord.db import PendingIndex
@@ -106,6 +111,57 @@ class Owner(models.Model):
         return self.name
 
 
+#: MySQL/MariaDB only: a virtual column of the task table (migration 0011), the task's
+#: ``identifier`` while it is unfinished (state below :data:`COMPLETED_MIN`) and NULL
+#: once it is finished. Those databases have no partial indexes; indexing this column
+#: instead of ``(identifier, state)`` gives every finished task the same key, so
+#: finishing a task moves its index entry to the end of its topic's range instead of
+#: to the page of its identifier somewhere in the whole history.
+UNFINISHED_IDENTIFIER = "unfinished_identifier"
+
+
+class _UnfinishedIdentifier(models.Lookup):
+    """``identifier`` compared only among unfinished tasks, the way each database indexes it.
+
+    PostgreSQL and SQLite: ``(identifier = ... AND state < 40)``, served by the partial
+    ``tasks_coord_unfinished`` index. MySQL/MariaDB: the virtual column
+    :data:`UNFINISHED_IDENTIFIER` compared instead of ``identifier`` (its index is
+    ``(topic_id, unfinished_identifier)``; MariaDB never rewrites an expression into a
+    generated column on its own, so the query names it).
+    """
+
+    lhs: Any
+
+    def _column(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, name: str) -> str:
+        """Column ``name`` of the same table (alias) as ``identifier`` in this query."""
+        identifier, _ = compiler.compile(self.lhs)
+        qualifier = identifier.removesuffix(connection.ops.quote_name(self.lhs.target.column))
+        return qualifier + connection.ops.quote_name(name)
+
+    def process_lhs(
+        self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, lhs: Any = None
+    ) -> tuple[str, Any]:
+        if lhs is None and connection.vendor == "mysql":
+            return self._column(compiler, connection, UNFINISHED_IDENTIFIER), []
+        return super().process_lhs(compiler, connection, lhs)
+
+    def as_sql(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper) -> tuple[str, Any]:
+        sql, params = super().as_sql(compiler, connection)
+        state = self._column(compiler, connection, "state")
+        return f"({sql} AND {state} < %s)", (*params, COMPLETED_MIN)
+
+    def as_mysql(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper) -> tuple[str, Any]:
+        return super().as_sql(compiler, connection)  # the column is NULL once finished
+
+
+class _UnfinishedIdentifierExact(_UnfinishedIdentifier, Exact):
+    pass
+
+
+class _UnfinishedIdentifierIn(_UnfinishedIdentifier, In):
+    pass
+
+
 class TaskQuerySet(models.QuerySet["Task"]):
     """Read-side vocabulary for tasks."""
 
@@ -145,6 +201,19 @@ class TaskQuerySet(models.QuerySet["Task"]):
     def not_completed(self) -> TaskQuerySet:
         """Tasks that are pending or in flight."""
         return self.filter(state__lt=COMPLETED_MIN)
+
+    def unfinished_of(self, identifier: str | Iterable[str] | Combinable) -> TaskQuerySet:
+        """Pending or in-flight tasks of ``identifier``: one, several, or an ``OuterRef``.
+
+        Means ``filter(identifier=..., state__lt=COMPLETED_MIN)``, written the way the
+        ``tasks_coord_unfinished`` index serves it on every database (on MySQL/MariaDB
+        through the virtual column :data:`UNFINISHED_IDENTIFIER`). Lookups of an
+        identifier's unfinished tasks on hot paths use this, so that their cost does not
+        grow with the identifier's history.
+        """
+        if isinstance(identifier, (str, Combinable)):
+            return self.filter(_UnfinishedIdentifierExact(models.F("identifier"), identifier))
+        return self.filter(_UnfinishedIdentifierIn(models.F("identifier"), list(identifier)))
 
     def insert(self, tasks: list[Task]) -> list[Task]:
         """Insert ``tasks`` and return them with their sequence and database-made fields.
@@ -322,13 +391,15 @@ class Task(models.Model):
             models.Index(fields=["topic", "created_at"], name="tasks_coord_created"),
             # count(), admin filters by state.
             models.Index(fields=["topic", "state", "sequence"], name="tasks_coord_state"),
-            # A job's unfinished run (no overlap): WHERE topic = ? AND identifier = ? AND state < 40.
-            # Partial, so that the planner never walks every unfinished row per job instead.
+            # An identifier's unfinished tasks (TaskQuerySet.unfinished_of): a job's run in
+            # flight (no overlap), insertion modes, poll conditions. Partial, so that the
+            # planner never walks every unfinished row per job instead; on MySQL/MariaDB
+            # over the virtual column UNFINISHED_IDENTIFIER (NULL once a task finished).
             PendingIndex(
                 fields=["topic", "identifier"],
                 name="tasks_coord_unfinished",
                 state_below=COMPLETED_MIN,
-                fallback_fields=["topic", "identifier", "state"],
+                fallback_columns=["topic_id", UNFINISHED_IDENTIFIER],
             ),
             # The reaper's timeouts: WHERE state IN (REQUESTED, ACTIVE) AND deadline < now.
             PendingIndex(

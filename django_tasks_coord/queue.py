@@ -30,7 +30,6 @@ from django.utils import timezone
 
 from django_tasks_coord import db
 from django_tasks_coord.enums import (
-    COMPLETED_MIN,
     IN_FLIGHT,
     Condition,
     Decision,
@@ -212,17 +211,18 @@ def push_many(
 
 def _apply_insertion(topic: str, identifiers: list[str], insertion: Insertion, using: str) -> None:
     for start in range(0, len(identifiers), 500):
-        existing = Task.objects.using(using).filter(
-            topic_id=topic, identifier__in=identifiers[start : start + 500]
-        )
+        chunk = identifiers[start : start + 500]
+        existing = Task.objects.using(using).filter(topic_id=topic)
         if insertion is Insertion.REPLACE:
-            existing.not_completed().update(
+            existing.unfinished_of(chunk).update(
                 state=TaskState.REDUNDANT, finished_at=timezone.now(), owner=None
             )
         elif insertion is Insertion.SUPERSEDE:
-            existing.pending().update(state=TaskState.REDUNDANT, finished_at=timezone.now())
+            existing.unfinished_of(chunk).pending().update(
+                state=TaskState.REDUNDANT, finished_at=timezone.now()
+            )
         else:
-            existing.exclude(state__in=IN_FLIGHT).delete()
+            existing.filter(identifier__in=chunk).exclude(state__in=IN_FLIGHT).delete()
 
 
 # --- poll -----------------------------------------------------------------------------------
@@ -234,7 +234,10 @@ def _apply_condition(qs: models.QuerySet[Task], condition: Condition) -> models.
         identifier=OuterRef("identifier"),
         sequence__lt=OuterRef("sequence"),
     )
-    qs = qs.filter(~Exists(earlier.filter(state__lt=COMPLETED_MIN)))
+    earlier_unfinished = Task.objects.filter(
+        topic_id=OuterRef("topic_id"), sequence__lt=OuterRef("sequence")
+    ).unfinished_of(OuterRef("identifier"))
+    qs = qs.filter(~Exists(earlier_unfinished))
     if condition is Condition.SINGULAR_BY_IDENTIFIER:
         return qs
     latest = earlier.exclude(state__in=_NON_BLOCKING).order_by("-sequence").values("state")[:1]

@@ -31,7 +31,7 @@ from django.db.models.functions import Concat
 from django.utils import timezone
 
 from django_tasks_coord import db, signals
-from django_tasks_coord.enums import COMPLETED_MIN, TaskState, WaitingPolicy
+from django_tasks_coord.enums import TaskState, WaitingPolicy
 from django_tasks_coord.models import CatchUp, JobKind, PeriodicTask, Task, Topic
 from django_tasks_coord.scheduling.planner import JobTiming, plan
 from django_tasks_coord.scheduling.runner import (
@@ -70,7 +70,7 @@ def run_topic(job: PeriodicTask) -> str:
 
 def _run_in_flight() -> Q:
     """A job has an unfinished run, looked up by (topic, identifier) so the index serves it."""
-    runs = Task.objects.filter(identifier=OuterRef("id"), state__lt=COMPLETED_MIN)
+    runs = Task.objects.unfinished_of(OuterRef("id"))
     leader_topic = Concat(Value(GROUP_TOPIC_PREFIX), OuterRef("group"), output_field=CharField())
     return (Q(leader_only=False) & Q(Exists(runs.filter(topic_id=JOBS_TOPIC)))) | (
         Q(leader_only=True) & Q(Exists(runs.filter(topic_id=leader_topic)))
