@@ -229,14 +229,9 @@ def _apply_insertion(topic: str, identifiers: list[str], insertion: Insertion, u
 
 
 def _apply_condition(qs: models.QuerySet[Task], condition: Condition) -> models.QuerySet[Task]:
-    earlier = Task.objects.filter(
-        topic_id=OuterRef("topic_id"),
-        identifier=OuterRef("identifier"),
-        sequence__lt=OuterRef("sequence"),
-    )
-    earlier_unfinished = Task.objects.filter(
-        topic_id=OuterRef("topic_id"), sequence__lt=OuterRef("sequence")
-    ).unfinished_of(OuterRef("identifier"))
+    before = Task.objects.filter(topic_id=OuterRef("topic_id"), sequence__lt=OuterRef("sequence"))
+    earlier = before.filter(identifier=OuterRef("identifier"))
+    earlier_unfinished = before.unfinished_of(OuterRef("identifier"))
     qs = qs.filter(~Exists(earlier_unfinished))
     if condition is Condition.SINGULAR_BY_IDENTIFIER:
         return qs
