@@ -128,9 +128,10 @@ INVALID = [
 ]  # fmt: skip
 
 # Day repetitions across the new year (systemd#40260, see Correction40260): (spec, zone,
-# base, elapses). The first ones are affected; the last ones cross the new year too, but
-# the bug never touched them (a range stops at its end, a repetition ending on 31 or
-# 32 December, no January, an hour running past 31 December, the year 2199).
+# base, number of elapses). The first ten are affected; the last six cross the new year
+# too, but the bug does not change them (a range stops at its end, a repetition reaching
+# 32 December, no January, an hour running past 31 December, a "~" day whose January
+# values all lie after the overflow day, the year 2199).
 YEAR_BOUNDARY = [
     ("*-*-1/11 23:00:00", "Europe/Berlin", datetime(2025, 10, 31, 23, tzinfo=UTC), 10),
     ("*-*-1/7 09:00", "UTC", datetime(2027, 12, 20, tzinfo=UTC), 14),
