@@ -6,7 +6,8 @@ from io import StringIO
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.core.management import call_command, get_commands
+from django.core.management import call_command, get_commands, load_command_class
+from django.test import override_settings
 
 from django_tasks_coord.models import ApiToken
 
@@ -46,3 +47,24 @@ def test_old_names_still_work_and_say_they_are_deprecated(old, new, args):
         f"manage.py {old} is deprecated and will be removed in 1.0; use manage.py {new}.\n"
     )
     assert out.getvalue()  # it did its work: a count, or a token
+
+
+def runscheduler_help() -> str:
+    command = load_command_class("django_tasks_coord", "runscheduler")
+    return " ".join(command.create_parser("manage.py", "runscheduler").format_help().split())
+
+
+def test_runscheduler_help_shows_the_defaults_in_force():
+    text = runscheduler_help()
+    assert "Worker threads. Default: 5 (TASKS_COORD['WORKERS'])." in text
+    assert "Default: every topic with a consumer (TASKS_COORD['TOPICS'])." in text
+    assert "Seconds running tasks get to finish after SIGTERM. Default: 30.0" in text
+    with override_settings(TASKS_COORD={"WORKERS": 7, "TOPICS": ["a", "b"]}):
+        text = runscheduler_help()
+    assert "Worker threads. Default: 7 (TASKS_COORD['WORKERS'])." in text
+    assert "Process this topic (repeatable). Default: a b (TASKS_COORD['TOPICS'])." in text
+
+
+def test_runscheduler_help_works_with_bad_settings():
+    with override_settings(TASKS_COORD={"WORKRES": 7}):
+        assert "Worker threads. Default: 5 (TASKS_COORD['WORKERS'])." in runscheduler_help()
