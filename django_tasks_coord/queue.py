@@ -56,7 +56,9 @@ from django_tasks_coord.retention import set_policy as set_retention
 from django_tasks_coord.revival import junction, recreate, reset
 from django_tasks_coord.topics import (
     TopicRef,
+    adding_tasks,
     known_topics,
+    name_of,
     pause_topic,
     register_topic,
     resume_topic,
@@ -180,9 +182,10 @@ def push_many(
         check_identifier(identifier)
         check_payload(payload)
         batch.append((identifier, payload))
-    name = topic_name(topic)
     if not batch:
+        topic_name(topic)
         return []
+    name = name_of(topic)
     last_index = {identifier: i for i, (identifier, _) in enumerate(batch)}
     tasks = []
     for i, (identifier, payload) in enumerate(batch):
@@ -202,12 +205,15 @@ def push_many(
             )
         )
     using = db.alias()
-    with db.write_transaction():
+
+    def add() -> list[Task]:
         if insertion is not Insertion.APPEND:
             _apply_insertion(name, list(last_index), insertion, using)
         created = Task.objects.using(using).insert(tasks)
         db.notify(db.connection(), name)
         return created
+
+    return adding_tasks(name, add)
 
 
 def _apply_insertion(topic: str, identifiers: list[str], insertion: Insertion, using: str) -> None:
