@@ -150,10 +150,10 @@ def _build_wheel(into: Path) -> Path:
     return wheel
 
 
-def _database(vendor: str, url: str, name: str, directory: Path) -> dict[str, object]:
+def _database(vendor: str, url: str, name: str, sqlite_file: Path) -> dict[str, object]:
     """The project's ``DATABASES["default"]``: a SQLite file, or a PostgreSQL database of its own."""
     if vendor == "sqlite":
-        return {"ENGINE": "django.db.backends.sqlite3", "NAME": str(directory / "db.sqlite3")}
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": str(sqlite_file)}
     config = environ.Env.db_url_config(url)
     keys = ("ENGINE", "HOST", "PORT", "USER", "PASSWORD")
     return {**{key: config[key] for key in keys if config.get(key)}, "NAME": name}
@@ -173,9 +173,47 @@ def _postgres(settings: dict[str, object], sql: str) -> None:
         conn.execute(sql)  # type: ignore[arg-type]
 
 
+@dataclass
+class Installation:
+    """The wheel of this checkout installed into a fresh virtual environment."""
+
+    base: Path
+    python: Path
+    env: dict[str, str]
+    vendor: str
+    url: str
+
+    def startproject(self, directory: str) -> Project:
+        """A new ``django-admin startproject mysite`` project in ``base / directory``."""
+        path = self.base / directory
+        path.mkdir()
+        project = Project(path=path, python=self.python, env=dict(self.env), vendor=self.vendor)
+        project.run(self.python.parent / "django-admin", "startproject", NAME, ".")
+        return project
+
+    def database(self, name: str) -> dict[str, object]:
+        """``DATABASES["default"]`` for a project: SQLite in ``base``, else a new PostgreSQL
+        database ``name`` (made now, dropped by :meth:`drop_databases`)."""
+        suffixed = f"{name}{os.environ.get('TEST_DB_SUFFIX', '')}"
+        database = _database(self.vendor, self.url, suffixed, self.base / f"{name}.sqlite3")
+        if self.vendor == "postgresql":
+            _postgres(database, f'DROP DATABASE IF EXISTS "{suffixed}" WITH (FORCE)')
+            _postgres(database, f'CREATE DATABASE "{suffixed}"')
+            self._made.append(database)
+        return database
+
+    def drop_databases(self) -> None:
+        """Drop the PostgreSQL databases :meth:`database` made."""
+        for database in self._made:
+            _postgres(database, f'DROP DATABASE IF EXISTS "{database["NAME"]}" WITH (FORCE)')
+
+    def __post_init__(self) -> None:
+        self._made: list[dict[str, object]] = []
+
+
 @pytest.fixture(scope="session")
-def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Project]:
-    """A fresh project with the wheel of this checkout installed (one per test session)."""
+def installation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installation]:
+    """The wheel of this checkout in a fresh virtual environment (one per test session)."""
     url = os.environ.get("DATABASE_URL", "")
     vendor = "postgresql" if url.startswith(("postgres", "pgsql")) else "sqlite" if not url else ""
     if not vendor:
@@ -187,25 +225,25 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Project]:
     env = _user_env(venv)
     python = venv / "bin" / "python"
     requirement = f"{wheel}[postgres]" if vendor == "postgresql" else str(wheel)
-    path = base / NAME
-    path.mkdir()
-    project = Project(path=path, python=python, env=env, vendor=vendor)
-    project.run(python, "-m", "pip", "install", "--quiet", requirement, timeout=900)
-    project.run(venv / "bin" / "django-admin", "startproject", NAME, ".")
+    installed = Installation(base=base, python=python, env=env, vendor=vendor, url=url)
+    Project(path=base, python=python, env=env, vendor=vendor).run(
+        python, "-m", "pip", "install", "--quiet", requirement, timeout=900
+    )
+    try:
+        yield installed
+    finally:
+        installed.drop_databases()
+
+
+@pytest.fixture(scope="session")
+def project(installation: Installation) -> Project:
+    """A fresh project set up as the quickstart says, with the user's app ``shop``."""
+    project = installation.startproject("project")
     project.manage("startapp", "shop")
     for module in SHOP.glob("*.py"):
-        shutil.copy(module, path / "shop" / module.name)
-    name = f"tasks_coord_project{os.environ.get('TEST_DB_SUFFIX', '')}"
-    database = _database(vendor, url, name, path)
-    _configure(path / NAME / "settings.py", database)
-    if vendor == "postgresql":
-        _postgres(database, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        _postgres(database, f'CREATE DATABASE "{name}"')
-    try:
-        yield project
-    finally:
-        if vendor == "postgresql":
-            _postgres(database, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        shutil.copy(module, project.path / "shop" / module.name)
+    _configure(project.path / NAME / "settings.py", installation.database("tasks_coord_project"))
+    return project
 
 
 def _configure(settings: Path, database: dict[str, object]) -> None:
