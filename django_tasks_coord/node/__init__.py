@@ -39,7 +39,7 @@ from django_tasks_coord.node.completer import Completer
 from django_tasks_coord.node.config import NodeConfig
 from django_tasks_coord.node.leadership import Leadership
 from django_tasks_coord.node.pool import Job, WorkerPool
-from django_tasks_coord.node.wakeup import Listener, listen_supported
+from django_tasks_coord.node.wakeup import Listener, StopEvent, WakeEvent, listen_supported
 
 __all__ = ["Node", "NodeConfig"]
 
@@ -78,11 +78,15 @@ class Node:
         self.owner: Owner | None = None
         self.stats: Counter[str] = Counter()
         self.exit_code = EXIT_OK
-        self._stopping = threading.Event()
+        #: Set to stop; it sets each loop's wake-up event (and wakes the listener) for good.
+        self._stopping = StopEvent()
         self._force = threading.Event()
-        self._wakeup = threading.Event()
-        self._schedule_changed = threading.Event()
-        self._lifeline_wake = threading.Event()
+        self._wakeup = WakeEvent(self._stopping)
+        self._schedule_changed = WakeEvent(self._stopping)
+        self._lifeline_wake = WakeEvent(self._stopping)
+        #: Set once the scheduler has submitted every slot that was due when the node
+        #: started (``--burst`` exits only after that).
+        self._scheduled_due = threading.Event()
         self.leadership: Leadership | None = None
         self._in_flight = 0
         self._claim_seconds = RunningMean()
@@ -167,9 +171,7 @@ class Node:
             logger.info(
                 "Stopping: no new claims; running tasks get %ss.", self.config.shutdown_max_wait
             )
-        self._stopping.set()
-        self._wakeup.set()
-        self._lifeline_wake.set()
+        self._stopping.set()  # wakes every loop
 
     @property
     def node_id(self) -> str | None:
@@ -212,6 +214,10 @@ class Node:
     def _dispatch_loop(self) -> None:
         while not self._stopping.is_set():
             self._wakeup.clear()
+            # Burst: read before claiming, so that a round that finds nothing has seen every
+            # slot due at the start submitted and every outcome written (ordered successors,
+            # due retries): then nothing is claimable.
+            quiet = self._burst_quiet()
             try:
                 self._refresh_topics()
                 claimed = self._claim_round()
@@ -222,7 +228,7 @@ class Node:
                 connections[db.alias()].close()
                 self._stopping.wait(self.config.poll_interval)
                 continue
-            if self.config.burst and not claimed and self.in_flight == 0 and self._completer_idle():
+            if quiet and not claimed:
                 logger.info("Burst mode: nothing is due, exiting.")
                 return
             if claimed or self.in_flight:
@@ -234,6 +240,18 @@ class Node:
                 timeout = self._idle_timeout()
                 self._claim_backoff.idle()  # idle: the next wait is longer, up to the cap
             self._wakeup.wait(timeout)
+
+    def _burst_quiet(self) -> bool:
+        """Burst: nothing in flight and the scheduler's due slots submitted; a claim round
+        that finds nothing after this held means nothing is claimable (due now) is left.
+
+        ``in_flight`` drops only after a task's outcome (and its follow-ups) is written or
+        the task is released, so a claim after it sees what that outcome made due. Retries
+        scheduled for later are not due now: the burst does not wait for them.
+        """
+        if not self.config.burst or self.in_flight:
+            return False
+        return self._scheduled_due.is_set() or not self.config.scheduler
 
     def _claim_round(self) -> int:
         """Claim due tasks of every topic (fairly, round-robin) up to the free capacity."""
@@ -665,6 +683,7 @@ class Node:
         assert self.owner is not None
         backoff = self._backoff()
         submit = True
+        started = timezone.now()
         while not self._stopping.is_set():
             changed = self._schedule_changed.is_set()
             self._schedule_changed.clear()
@@ -679,6 +698,11 @@ class Node:
                 logger.warning("Scheduling failed (%s); retrying in %ss.", exc, timeout)
                 connections[db.alias()].close()
                 next_due, failed = None, True
+            left = next_due is not None and next_due <= started  # due at the start, not submitted
+            if not failed and not left and not self._scheduled_due.is_set():
+                self._topics_checked = 0.0  # the jobs topic may be new: read the topics
+                self._scheduled_due.set()
+                self._wakeup.set()
             if changed:
                 backoff.reset()
             if not failed:
