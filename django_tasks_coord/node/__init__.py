@@ -110,6 +110,9 @@ class Node:
 
     def run(self) -> int:
         """Run until stopped (or, with ``burst``, until nothing is due). Returns an exit code."""
+        if self._stopping.is_set():  # a stop request came before the node registered
+            logger.info("Stop requested during start-up: exiting before registering.")
+            return self.exit_code
         self.owner = owners.register_owner(self.config.node_id)
         # Where the database has no NOTIFY, this process's own commits still wake this node.
         db.add_local_listener(self.wake)
@@ -120,13 +123,13 @@ class Node:
             ", ".join(self.config.topics or sorted(self.handlers.consumers())) or "none",
             extra={"node": self.owner.name},
         )
-        if self.config.group:
-            self._join_group(self.config.group)
         self._pool = WorkerPool(self.config.workers)
         self._completer = Completer(self, self._stopping)
         self._completer.start()
-        self._start_side_threads()
-        try:
+        try:  # from here on, a stop request (even during start-up) ends in _shutdown
+            if self.config.group and not self._stopping.is_set():
+                self._join_group(self.config.group)
+            self._start_side_threads()
             self._dispatch_loop()
         except OwnerExpiredError:
             self._lost_ownership()
