@@ -84,9 +84,6 @@ class Node:
         self._wakeup = WakeEvent(self._stopping)
         self._schedule_changed = WakeEvent(self._stopping)
         self._lifeline_wake = WakeEvent(self._stopping)
-        #: Set once the scheduler has submitted every slot that was due when the node
-        #: started (``--burst`` exits only after that).
-        self._scheduled_due = threading.Event()
         self.leadership: Leadership | None = None
         self._in_flight = 0
         self._claim_seconds = RunningMean()
@@ -215,12 +212,13 @@ class Node:
     # --- dispatching --------------------------------------------------------------------
 
     def _dispatch_loop(self) -> None:
+        if self.config.burst and self.config.scheduler:
+            self._submit_due_slots()
         while not self._stopping.is_set():
             self._wakeup.clear()
             # Burst: read before claiming, so that a round that finds nothing has seen every
-            # slot due at the start submitted and every outcome written (ordered successors,
-            # due retries): then nothing is claimable.
-            quiet = self._burst_quiet()
+            # outcome written (ordered successors, due retries): then nothing is claimable.
+            quiet = self.config.burst and self.in_flight == 0
             try:
                 self._refresh_topics()
                 claimed = self._claim_round()
@@ -244,17 +242,33 @@ class Node:
                 self._claim_backoff.idle()  # idle: the next wait is longer, up to the cap
             self._wakeup.wait(timeout)
 
-    def _burst_quiet(self) -> bool:
-        """Burst: nothing in flight and the scheduler's due slots submitted; a claim round
-        that finds nothing after this held means nothing is claimable (due now) is left.
+    def _submit_due_slots(self) -> None:
+        """Burst: submit every job slot due now, before the first claim round.
 
-        ``in_flight`` drops only after a task's outcome (and its follow-ups) is written or
-        the task is released, so a claim after it sees what that outcome made due. Retries
-        scheduled for later are not due now: the burst does not wait for them.
+        So a burst runs the jobs due when it starts (its scheduler thread would submit them
+        too, but maybe after the dispatcher found nothing to do). A pass that leaves a job
+        due skipped rows another node's pass holds (``SKIP LOCKED``), or stopped at its
+        limit: pass again until none is due at the start.
         """
-        if not self.config.burst or self.in_flight:
-            return False
-        return self._scheduled_due.is_set() or not self.config.scheduler
+        from django_tasks_coord.scheduling import scheduler
+
+        assert self.owner is not None
+        now = timezone.now()
+        while not self._stopping.is_set():
+            try:
+                submitted = scheduler.submit_due(self.owner.name, now=now)
+                next_due = scheduler.next_due()
+            except DatabaseError as exc:
+                logger.warning(
+                    "Scheduling failed (%s); retrying in %ss.", exc, self.config.poll_interval
+                )
+                connections[db.alias()].close()
+                self._stopping.wait(self.config.poll_interval)
+                continue
+            if next_due is None or next_due > now:
+                return
+            if not submitted:  # another node is submitting them: its commit is near
+                self._stopping.wait(0.05)
 
     def _claim_round(self) -> int:
         """Claim due tasks of every topic (fairly, round-robin) up to the free capacity."""
@@ -686,7 +700,6 @@ class Node:
         assert self.owner is not None
         backoff = self._backoff()
         submit = True
-        started = timezone.now()
         while not self._stopping.is_set():
             changed = self._schedule_changed.is_set()
             self._schedule_changed.clear()
@@ -701,11 +714,6 @@ class Node:
                 logger.warning("Scheduling failed (%s); retrying in %ss.", exc, timeout)
                 connections[db.alias()].close()
                 next_due, failed = None, True
-            left = next_due is not None and next_due <= started  # due at the start, not submitted
-            if not failed and not left and not self._scheduled_due.is_set():
-                self._topics_checked = 0.0  # the jobs topic may be new: read the topics
-                self._scheduled_due.set()
-                self._wakeup.set()
             if changed:
                 backoff.reset()
             if not failed:

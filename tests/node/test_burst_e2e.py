@@ -60,7 +60,6 @@ def exited_after_last_run(output: Output) -> float:
 
 
 def test_burst_runs_a_due_one_time_job_then_exits():
-    queue.register_topic(JOBS_TOPIC)
     job_id = scheduling.schedule_one_time(
         RECORD, timezone.now() - timedelta(seconds=1), job_id="due-once"
     )
