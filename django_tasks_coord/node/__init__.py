@@ -699,7 +699,7 @@ class Node:
 
         assert self.owner is not None
         backoff = self._backoff()
-        submit = True
+        submit = not self.config.burst  # a burst submitted the due slots itself
         while not self._stopping.is_set():
             changed = self._schedule_changed.is_set()
             self._schedule_changed.clear()
