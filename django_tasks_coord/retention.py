@@ -520,7 +520,7 @@ class Housekeeper(threading.Thread):
         now = self.now()
         counts = {}
         for policy in selected[start:] + selected[:start]:
-            if budget.spent:
+            if budget.spent or self.stopping.is_set():  # the node stops: do not delay it
                 break
             counts[policy.topic] = _apply_policy(
                 policy, batch_size, budget, now, self.node, self._sweeps

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -113,3 +114,49 @@ def runscheduler(*args: str, settings: dict[str, object] | None = None) -> subpr
     """Start ``manage.py runscheduler ARGS`` on the test database."""
     env = {"TASKS_COORD_JSON": json.dumps(settings or {})}
     return start("django", "runscheduler", *args, **env)
+
+
+class Output:
+    """Reads a process's stdout in a thread, noting when each line arrived (monotonic)."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.lines: list[tuple[float, str]] = []
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append((time.monotonic(), line.rstrip("\n")))
+
+    def line_at(self, text: str, timeout: float = 60.0) -> float:
+        """When the first line containing ``text`` arrived; waits for it."""
+
+        def arrived() -> float | None:
+            return next((at for at, line in list(self.lines) if text in line), None)
+
+        wait_for(lambda: arrived() is not None or not self._thread.is_alive(), timeout)
+        at = arrived()
+        assert at is not None, f"no line {text!r} in:\n{self.text()}"
+        return at
+
+    def text(self) -> str:
+        """Everything read so far."""
+        return "\n".join(line for _, line in self.lines)
+
+    def finish(self, timeout: float = 60.0) -> tuple[float, str, str]:
+        """Wait for the exit: (monotonic time of the exit, stdout, stderr)."""
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        ended = time.monotonic()
+        self._thread.join(10)
+        assert self.proc.stderr is not None
+        err = self.proc.stderr.read()
+        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        return ended, self.text(), err

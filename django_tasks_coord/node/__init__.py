@@ -39,7 +39,7 @@ from django_tasks_coord.node.completer import Completer
 from django_tasks_coord.node.config import NodeConfig
 from django_tasks_coord.node.leadership import Leadership
 from django_tasks_coord.node.pool import Job, WorkerPool
-from django_tasks_coord.node.wakeup import Listener, listen_supported
+from django_tasks_coord.node.wakeup import Listener, StopEvent, WakeEvent, listen_supported
 
 __all__ = ["Node", "NodeConfig"]
 
@@ -78,11 +78,12 @@ class Node:
         self.owner: Owner | None = None
         self.stats: Counter[str] = Counter()
         self.exit_code = EXIT_OK
-        self._stopping = threading.Event()
+        #: Set to stop; it sets each loop's wake-up event (and wakes the listener) for good.
+        self._stopping = StopEvent()
         self._force = threading.Event()
-        self._wakeup = threading.Event()
-        self._schedule_changed = threading.Event()
-        self._lifeline_wake = threading.Event()
+        self._wakeup = WakeEvent(self._stopping)
+        self._schedule_changed = WakeEvent(self._stopping)
+        self._lifeline_wake = WakeEvent(self._stopping)
         self.leadership: Leadership | None = None
         self._in_flight = 0
         self._claim_seconds = RunningMean()
@@ -106,6 +107,9 @@ class Node:
 
     def run(self) -> int:
         """Run until stopped (or, with ``burst``, until nothing is due). Returns an exit code."""
+        if self._stopping.is_set():  # a stop request came before the node registered
+            logger.info("Stop requested during start-up: exiting before registering.")
+            return self.exit_code
         self.owner = owners.register_owner(self.config.node_id)
         # Where the database has no NOTIFY, this process's own commits still wake this node.
         db.add_local_listener(self.wake)
@@ -116,13 +120,13 @@ class Node:
             ", ".join(self.config.topics or sorted(self.handlers.consumers())) or "none",
             extra={"node": self.owner.name},
         )
-        if self.config.group:
-            self._join_group(self.config.group)
         self._pool = WorkerPool(self.config.workers)
         self._completer = Completer(self, self._stopping)
         self._completer.start()
-        self._start_side_threads()
-        try:
+        try:  # from here on, a stop request (even during start-up) ends in _shutdown
+            if self.config.group and not self._stopping.is_set():
+                self._join_group(self.config.group)
+            self._start_side_threads()
             self._dispatch_loop()
         except OwnerExpiredError:
             self._lost_ownership()
@@ -167,9 +171,7 @@ class Node:
             logger.info(
                 "Stopping: no new claims; running tasks get %ss.", self.config.shutdown_max_wait
             )
-        self._stopping.set()
-        self._wakeup.set()
-        self._lifeline_wake.set()
+        self._stopping.set()  # wakes every loop
 
     @property
     def node_id(self) -> str | None:
@@ -210,8 +212,13 @@ class Node:
     # --- dispatching --------------------------------------------------------------------
 
     def _dispatch_loop(self) -> None:
+        if self.config.burst and self.config.scheduler:
+            self._submit_due_slots()
         while not self._stopping.is_set():
             self._wakeup.clear()
+            # Burst: read before claiming, so that a round that finds nothing has seen every
+            # outcome written (ordered successors, due retries): then nothing is claimable.
+            quiet = self.config.burst and self.in_flight == 0
             try:
                 self._refresh_topics()
                 claimed = self._claim_round()
@@ -222,7 +229,7 @@ class Node:
                 connections[db.alias()].close()
                 self._stopping.wait(self.config.poll_interval)
                 continue
-            if self.config.burst and not claimed and self.in_flight == 0 and self._completer_idle():
+            if quiet and not claimed:
                 logger.info("Burst mode: nothing is due, exiting.")
                 return
             if claimed or self.in_flight:
@@ -234,6 +241,34 @@ class Node:
                 timeout = self._idle_timeout()
                 self._claim_backoff.idle()  # idle: the next wait is longer, up to the cap
             self._wakeup.wait(timeout)
+
+    def _submit_due_slots(self) -> None:
+        """Burst: submit every job slot due now, before the first claim round.
+
+        So a burst runs the jobs due when it starts (its scheduler thread would submit them
+        too, but maybe after the dispatcher found nothing to do). A pass that leaves a job
+        due skipped rows another node's pass holds (``SKIP LOCKED``), or stopped at its
+        limit: pass again until none is due at the start.
+        """
+        from django_tasks_coord.scheduling import scheduler
+
+        assert self.owner is not None
+        now = timezone.now()
+        while not self._stopping.is_set():
+            try:
+                submitted = scheduler.submit_due(self.owner.name, now=now)
+                next_due = scheduler.next_due()
+            except DatabaseError as exc:
+                logger.warning(
+                    "Scheduling failed (%s); retrying in %ss.", exc, self.config.poll_interval
+                )
+                connections[db.alias()].close()
+                self._stopping.wait(self.config.poll_interval)
+                continue
+            if next_due is None or next_due > now:
+                return
+            if not submitted:  # another node is submitting them: its commit is near
+                self._stopping.wait(0.05)
 
     def _claim_round(self) -> int:
         """Claim due tasks of every topic (fairly, round-robin) up to the free capacity."""
@@ -664,7 +699,7 @@ class Node:
 
         assert self.owner is not None
         backoff = self._backoff()
-        submit = True
+        submit = not self.config.burst  # a burst submitted the due slots itself
         while not self._stopping.is_set():
             changed = self._schedule_changed.is_set()
             self._schedule_changed.clear()

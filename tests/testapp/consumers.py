@@ -14,6 +14,10 @@ from django_tasks_coord.enums import Result
 from django_tasks_coord.retry import RetryPolicy
 from tests.testapp.models import Run
 
+if os.environ.get("TESTAPP_IMPORT_PAUSE"):  # a slow start-up, for the start-up signal tests
+    print("testapp.consumers: importing", flush=True)
+    time.sleep(float(os.environ["TESTAPP_IMPORT_PAUSE"]))  # simulated slow import
+
 FAST_RETRY = RetryPolicy(
     max_attempts=4, retry_interval=0.2, backoff="exponential", max_interval=5, jitter=0
 )

@@ -24,10 +24,6 @@ class JobDidNotRun(AssertionError):
     """The burst exited without running the due job."""
 
 
-# On main the burst races its own scheduler: it may decide that nothing is due before the
-# scheduler's first pass has submitted the run, so this fails most of the time and passes
-# now and then (not strict). The fix is on branch burst; remove this mark with it.
-@pytest.mark.xfail(strict=False, raises=JobDidNotRun, reason="burst fix on branch burst")
 def test_a_burst_runs_a_due_one_time_job(project: Project, tmp_path):
     project.manage("migrate", "--noinput")
     marker = tmp_path / "marker.txt"

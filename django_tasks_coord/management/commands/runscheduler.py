@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
@@ -55,6 +57,63 @@ def _help(text: str, setting: str, when_unset: str | None = None) -> str:
 
 VERBOSITY_LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
 
+logger = logging.getLogger(__name__)
+
+
+class StopSignals:
+    """SIGTERM and SIGINT for the whole life of the command, start-up included.
+
+    Until the node exists (system checks, loading consumers and jobs) a signal is
+    remembered, and the command exits cleanly at the next step (:meth:`stop_requested`)
+    before registering anything; a second one exits at once (nothing is registered yet).
+    Once the node exists, a signal is its :meth:`~django_tasks_coord.node.Node.request_stop`.
+    The previous handlers come back when the command ends.
+    """
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self) -> None:
+        self.node: Node | None = None
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> None:
+        """Handle the signals (only the main thread can; elsewhere, e.g. ``call_command``
+        from a thread, the process keeps its handlers)."""
+        if threading.current_thread() is threading.main_thread():
+            for signum in self.SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._handle)
+
+    def restore(self) -> None:
+        """Put the previous handlers back."""
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
+
+    def attach(self, node: Node) -> None:
+        """From now on signals stop ``node`` (at once if one came already)."""
+        self.node = node
+        if self.received is not None:
+            node.request_stop()
+
+    def stop_requested(self) -> bool:
+        """Whether a signal came during start-up (logged here: the node never registered)."""
+        if self.received is None:
+            return False
+        logger.info(
+            "%s received during start-up: exiting before the node registered.",
+            signal.Signals(self.received).name,
+        )
+        return True
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.node is not None:
+            self.node.request_stop()
+        elif self.received is None:
+            self.received = signum
+        else:  # a second signal during start-up: nothing is registered, leave now
+            raise SystemExit(0)
+
 
 class Command(BaseCommand):
     help = (
@@ -100,9 +159,35 @@ class Command(BaseCommand):
             help=_help("Seconds running tasks get to finish after SIGTERM.", "SHUTDOWN_MAX_WAIT"),
         )
 
+    def run_from_argv(self, argv: list[str]) -> None:
+        """Run from the command line; the process exits when this returns.
+
+        Once the node has stopped, the interpreter's last garbage collections would walk
+        every object the process loaded (Django, the project, this package): most of a
+        second on a loaded machine. Those objects are frozen (:func:`gc.freeze`) instead,
+        so the process exits as soon as the node has stopped. Exit handlers still run.
+        """
+        try:
+            super().run_from_argv(argv)
+        finally:
+            gc.freeze()
+
+    def execute(self, *args: Any, **options: Any) -> Any:
+        """Handle SIGTERM/SIGINT from before the system checks to the end (:class:`StopSignals`)."""
+        self._signals = StopSignals()
+        self._signals.install()
+        try:
+            return super().execute(*args, **options)
+        finally:
+            self._signals.restore()
+
     def handle(self, *args: Any, **options: Any) -> None:
+        stops: StopSignals = getattr(self, "_signals", None) or StopSignals()
         self._configure_logging(options["verbosity"])
+        logger.info("Starting: loading consumers, task definitions and jobs.")
         handlers.autodiscover()
+        if stops.stop_requested():
+            return
         definitions.prepare()  # task definitions: their rows and topics, for the reaper too
         try:
             config = NodeConfig.from_settings(
@@ -121,14 +206,13 @@ class Command(BaseCommand):
             from django_tasks_coord.scheduling import declared, runner  # noqa: F401  (jobs consumer)
 
             declared.autodiscover()
+            if stops.stop_requested():
+                return
             declared.sync_declared()
+        if stops.stop_requested():
+            return
         node = Node(config)
-
-        def stop(signum: int, frame: FrameType | None) -> None:
-            node.request_stop()
-
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
+        stops.attach(node)  # a signal from now on (or one that came just now) stops the node
         try:
             code = node.run()
         except DuplicateOwnerError as exc:
