@@ -387,32 +387,44 @@ def bulk(
 
 
 def _log(result: BulkResult, actor: str) -> None:
+    who = actor or "unknown"
+    extra = {
+        "actor": who,
+        "action": result.action.value,
+        "dry_run": result.dry_run,
+        "matched": result.matched,
+        "changed": result.changed,
+        "skipped": result.skipped,
+    }
     if result.dry_run:
         logger.info(
             "Dry run of %s by %s: would change %d task(s) (%s).",
             result.action.value,
-            actor or "unknown",
+            who,
             result.matched,
             result.selection.describe(),
+            extra=extra,
         )
         return
     logger.info(
         "%s by %s: changed %d of %d task(s) in %d batch(es) of up to %d (%s).",
         result.action.value.capitalize(),
-        actor or "unknown",
+        who,
         result.changed,
         result.matched,
         result.batches,
         result.batch_size,
         result.selection.describe(),
+        extra=extra,
     )
     if result.skipped:
         logger.warning(
             "%s by %s: skipped %d task(s) that changed meanwhile or were locked by a node; "
             "run it again for them.",
             result.action.value.capitalize(),
-            actor or "unknown",
+            who,
             result.skipped,
+            extra=extra,
         )
 
 
@@ -443,6 +455,11 @@ def set_topics_paused(names: Sequence[str], paused: bool, *, actor: str = "") ->
         ", ".join(checked),
         actor or "unknown",
         sum(changed.values()),
+        extra={
+            "actor": actor or "unknown",
+            "action": "pause-topic" if paused else "resume-topic",
+            "changed": sum(changed.values()),
+        },
     )
     return changed
 
@@ -504,6 +521,11 @@ def set_jobs_paused(
         "Paused" if paused else "Resumed",
         ", ".join(job_ids),
         actor or "unknown",
+        extra={
+            "actor": actor or "unknown",
+            "action": "pause-job" if paused else "resume-job",
+            "changed": len(job_ids),
+        },
     )
     return list(job_ids)
 
@@ -511,7 +533,18 @@ def set_jobs_paused(
 def run_job(job_id: str, *, actor: str = "") -> Task:
     """Submit one run of ``job_id`` now (``scheduling.run_now``); ``actor`` is its requester."""
     run = scheduling.run_now(job_id, requester=actor)
-    logger.info("Run now of job %s by %s: task %d.", job_id, actor or "unknown", run.sequence)
+    logger.info(
+        "Run now of job %s by %s: task %d.",
+        job_id,
+        actor or "unknown",
+        run.sequence,
+        extra={
+            "actor": actor or "unknown",
+            "action": "run-job",
+            "job_id": job_id,
+            "task_sequence": run.sequence,
+        },
+    )
     return run
 
 

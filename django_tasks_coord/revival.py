@@ -57,6 +57,12 @@ def lock_batch(rows: TaskQuerySet, tasks: Sequence[Task]) -> list[Task]:
     return list(locked)
 
 
+def _wake(tasks: Sequence[Task]) -> None:
+    """Announce new pending work in the topics of ``tasks``: sleeping nodes claim it at once."""
+    for topic in sorted({task.topic_id for task in tasks}):
+        db.notify(db.connection(), topic)
+
+
 def _completed_rows(states: Collection[TaskState] | None) -> TaskQuerySet:
     rows = Task.objects.using(db.alias()).completed()
     return rows if states is None else rows.filter(state__in=list(states))
@@ -64,6 +70,8 @@ def _completed_rows(states: Collection[TaskState] | None) -> TaskQuerySet:
 
 def reset_many(tasks: Sequence[Task], *, states: Collection[TaskState] | None = None) -> list[Task]:
     """Like :func:`reset` for a batch, in one transaction: return the tasks revived.
+
+    The topics' nodes are told (like a push does), so they claim the revived tasks at once.
 
     Only tasks still completed (and, with ``states``, still in one of them) are revived;
     others, and rows locked by another transaction at that moment, are left alone and
@@ -73,6 +81,7 @@ def reset_many(tasks: Sequence[Task], *, states: Collection[TaskState] | None = 
         revived = lock_batch(_completed_rows(states), tasks)
         if revived:
             Task.objects.using(db.alias()).rows(revived).update(**REVIVED)
+            _wake(revived)
     for task in revived:
         for field, value in REVIVED.items():
             setattr(task, field, value)
@@ -95,6 +104,8 @@ def recreate_many(
 ) -> list[Task]:
     """Like :func:`recreate` for a batch, in one transaction: return the new tasks.
 
+    The topics' nodes are told (like a push does), so they claim the copies at once.
+
     Tasks no longer completed (or, with ``states``, no longer in one of them) and rows
     locked by another transaction at that moment get no copy.
     """
@@ -102,7 +113,9 @@ def recreate_many(
         originals = lock_batch(_completed_rows(states), tasks)
         if not originals:
             return []
-        return Task.objects.using(db.alias()).insert([_copy_of(o) for o in originals])
+        copies = Task.objects.using(db.alias()).insert([_copy_of(o) for o in originals])
+        _wake(copies)
+        return copies
 
 
 def recreate(task: Task) -> Task:

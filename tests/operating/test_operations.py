@@ -20,7 +20,7 @@ from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from django_tasks_coord import coordination, operations, queue, scheduling
+from django_tasks_coord import coordination, db, operations, queue, scheduling
 from django_tasks_coord.enums import TaskState
 from django_tasks_coord.exceptions import InvalidArgumentError
 from django_tasks_coord.models import PeriodicTask, Task, Topic
@@ -257,6 +257,16 @@ def test_cancel_takes_unfinished_tasks_with_a_message():
     }
 
 
+@pytest.mark.parametrize("action", [Action.RETRY, Action.RECREATE])
+def test_revived_tasks_wake_the_nodes_of_their_topics(monkeypatch, action):
+    make("mail", TaskState.FAILED, 2)
+    make("sms", TaskState.FAILED, 1)
+    told: list[str] = []
+    monkeypatch.setattr(db, "notify", lambda conn, topic: told.append(topic))
+    operations.bulk(action, TaskFilter(states=(TaskState.FAILED,)), batch_size=2)
+    assert told == ["mail", "sms"]  # once per topic of each batch
+
+
 def test_limit_stops_after_that_many():
     made = make("mail", TaskState.FAILED, 5)
     done = run_json("retry", "--topic", "mail", "--limit", "3", "--batch-size", "2")
@@ -270,6 +280,9 @@ def test_bulk_actions_log_who_what_and_how_many(caplog):
         run("retry", "--topic", "mail", "--dry-run")
         run("retry", "--topic", "mail")
     dry, done = (r.getMessage() for r in caplog.records)
+    record = caplog.records[1]
+    assert record.actor.startswith("cli:")  # structured fields, for JSON log formatters
+    assert (record.action, record.matched, record.changed, record.skipped) == ("retry", 2, 2, 0)
     assert dry.startswith("Dry run of retry by cli:")
     assert dry.endswith(": would change 2 task(s) (topic=mail).")
     assert done.startswith("Retry by cli:")
