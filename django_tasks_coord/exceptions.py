@@ -41,6 +41,13 @@ class UnknownTopicError(TasksCoordError, LookupError):
     """
 
 
+class UnknownTaskError(TasksCoordError, LookupError):
+    """No task has this sequence: it was never made, or it was purged or pruned since.
+
+    ``manage.py tasks_coord list`` and the admin's task list show the tasks there are.
+    """
+
+
 class TaskStateError(TasksCoordError):
     """A task is not in a state that allows the requested operation.
 

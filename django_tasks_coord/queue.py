@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import traceback
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -53,7 +53,14 @@ from django_tasks_coord.maintenance import count, purge, resolve
 from django_tasks_coord.models import Owner, Task, Topic
 from django_tasks_coord.owners import expire, heartbeat, register_owner, unregister_owner
 from django_tasks_coord.retention import set_policy as set_retention
-from django_tasks_coord.revival import junction, recreate, reset
+from django_tasks_coord.revival import (
+    junction,
+    lock_batch,
+    recreate,
+    recreate_many,
+    reset,
+    reset_many,
+)
 from django_tasks_coord.topics import (
     TopicRef,
     adding_tasks,
@@ -85,6 +92,7 @@ __all__ = [
     "TaskState",
     "Topic",
     "cancel",
+    "cancel_many",
     "complete",
     "complete_many",
     "count",
@@ -98,10 +106,12 @@ __all__ = [
     "push",
     "push_many",
     "recreate",
+    "recreate_many",
     "register_owner",
     "register_topic",
     "release",
     "reset",
+    "reset_many",
     "resolve",
     "resume_topic",
     "set_retention",
@@ -486,17 +496,47 @@ def release(
     return task
 
 
-def cancel(task: Task, message: str | None = None) -> Task:
-    """Cancel a task that is not completed yet (CANCELED). A running consumer's completion is then refused."""
-    task = check_task(task)
-    changes = {
+def _canceled(message: str | None) -> dict[str, Any]:
+    return {
         "state": TaskState.CANCELED,
         "finished_at": timezone.now(),
         "owner": None,
         "message": message,
     }
+
+
+def cancel(task: Task, message: str | None = None) -> Task:
+    """Cancel a task that is not completed yet (CANCELED). A running consumer's completion is then refused."""
+    task = check_task(task)
+    changes = _canceled(message)
     if Task.objects.using(db.alias()).rows([task]).not_completed().update(**changes) != 1:
         raise state_error(task, "cancel", "not completed (PENDING, REQUESTED or ACTIVE)")
     for field, value in changes.items():
         setattr(task, field, value)
     return task
+
+
+def cancel_many(
+    tasks: Sequence[Task],
+    message: str | None = None,
+    *,
+    states: Collection[TaskState] | None = None,
+) -> list[Task]:
+    """Like :func:`cancel` for a batch, in one transaction: return the tasks canceled.
+
+    Tasks already completed (or, with ``states``, no longer in one of them) are left
+    alone, and so are rows a node holds locked at that moment (it is claiming or
+    completing them: ``SKIP LOCKED``); they are missing from the result.
+    """
+    rows = Task.objects.using(db.alias()).not_completed()
+    if states is not None:
+        rows = rows.filter(state__in=list(states))
+    changes = _canceled(message)
+    with db.write_transaction():
+        canceled = lock_batch(rows, tasks)
+        if canceled:
+            Task.objects.using(db.alias()).rows(canceled).update(**changes)
+    for task in canceled:
+        for field, value in changes.items():
+            setattr(task, field, value)
+    return canceled

@@ -6,68 +6,21 @@ from datetime import timedelta
 from typing import Any
 
 from django.contrib import admin
-from django.db.models import (
-    BooleanField,
-    Count,
-    DurationField,
-    ExpressionWrapper,
-    F,
-    OuterRef,
-    Q,
-    QuerySet,
-    Subquery,
-)
-from django.db.models.functions import Now
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
-from django_tasks_coord import db
 from django_tasks_coord.admin.base import ServiceActionsAdmin, age, alive_badge
 from django_tasks_coord.admin.topics import task_list_url
-from django_tasks_coord.conf import app_settings
-from django_tasks_coord.enums import IN_FLIGHT
-from django_tasks_coord.models import HealthCheck, Owner, Task, TokenHolder
-
-
-def age_of(field: str) -> ExpressionWrapper[Any]:
-    """How long ago ``field`` was (database clock, like every heartbeat comparison)."""
-    return ExpressionWrapper(Now() - F(field), output_field=DurationField())
-
-
-def alive_since() -> Any:
-    """The oldest heartbeat that is still alive: now minus ``LIVENESS_INTERVAL`` (database clock)."""
-    return db.ago(app_settings.liveness_interval)
-
-
-def alive_of(field: str) -> ExpressionWrapper[Any]:
-    """``field`` is within ``LIVENESS_INTERVAL`` of the database clock."""
-    recent = Q(**{f"{field}__gte": alive_since()})
-    return ExpressionWrapper(recent, output_field=BooleanField())
-
-
-def owners_with_health() -> QuerySet[Owner]:
-    """Owners with ``age`` (of the heartbeat), ``alive`` and ``held`` (tasks in flight)."""
-    held = (
-        Task.objects.filter(owner_id=OuterRef("pk"), state__in=IN_FLIGHT)
-        .order_by()
-        .values("owner_id")
-        .annotate(n=Count("pk"))
-        .values("n")
-    )
-    return Owner.objects.annotate(
-        age=age_of("heartbeat"), alive=alive_of("heartbeat"), held=Subquery(held)
-    )
-
-
-def holders_with_health() -> QuerySet[TokenHolder]:
-    """Token holders with the ``age`` of the holder's heartbeat in the group, and ``alive``."""
-    beat = HealthCheck.objects.filter(
-        group_id=OuterRef("group_id"), task_id=OuterRef("task_id")
-    ).values("last_heartbeat")[:1]
-    return TokenHolder.objects.annotate(holder_beat=Subquery(beat)).annotate(
-        age=age_of("holder_beat"), alive=alive_of("holder_beat")
-    )
+from django_tasks_coord.models import HealthCheck, Owner, TokenHolder
+from django_tasks_coord.operations import (  # the read side shared with manage.py tasks_coord
+    age_of,
+    alive_of,
+    alive_since,
+    holders_with_health,
+    owners_with_health,
+)
 
 
 class AliveFilter(admin.SimpleListFilter):

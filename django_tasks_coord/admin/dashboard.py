@@ -23,14 +23,10 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from django_tasks_coord.admin.base import ModelAdmin, age
-from django_tasks_coord.admin.coordination import (
-    alive_since,
-    holders_with_health,
-    owners_with_health,
-)
 from django_tasks_coord.admin.topics import task_list_url
 from django_tasks_coord.enums import TaskState
 from django_tasks_coord.models import Dashboard, Task
+from django_tasks_coord.operations import alive_since, holders_with_health, owners_with_health
 
 #: Minutes shown in the throughput charts (one bar per minute).
 WINDOW = 60
