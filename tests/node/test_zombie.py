@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 from django.db import connection
@@ -40,30 +41,43 @@ SETTINGS = {
 TICK = "tests.testapp.job_functions.record"
 
 
+def stopped(pid: int) -> bool:
+    """Whether every thread of process ``pid`` is stopped (SIGSTOP is delivered asynchronously:
+    a thread may go on for an instant after ``kill`` returns)."""
+    states = []
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        try:
+            states.append(stat.read_text().rsplit(")", 1)[1].split()[0])
+        except OSError:  # a thread that ended meanwhile
+            continue
+    return bool(states) and all(state in "Tt" for state in states)
+
+
 def duplicates(since: datetime, zombie_pid: int) -> list[tuple[str, str]]:
     """Runs started twice, except a run the zombie had started before it froze at ``since``
     (at least once: another node runs it again, unavoidably)."""
     found = []
-    for key, field in (("identifier", "work"), ("slot", "jobs")):
+    for topic, keys in (("work", ("identifier",)), ("jobs", ("identifier", "slot"))):
         twice = (
-            Run.objects.filter(topic=field)
-            .values(key)
+            Run.objects.filter(topic=topic)
+            .values(*keys)
             .annotate(n=Count("id"))
             .filter(n__gt=1)
-            .values_list(key, flat=True)
+            .values(*keys)
         )
-        for value in twice:
-            runs = Run.objects.filter(topic=field, **{key: value})
+        for values in twice:
+            runs = Run.objects.filter(topic=topic, **values)
             interrupted = runs.filter(pid=zombie_pid, started_at__lt=since).count()
             if runs.count() - min(interrupted, 1) > 1:
-                found.append((field, str(value)))
+                found.append((topic, values))
     return found
 
 
 def test_a_resumed_zombie_starts_nothing_it_held_and_registers_again(work_topic):
     queue.register_topic(JOBS_TOPIC)
     queue.push_many("work", [(f"t{i}", {"sleep": 0.25}) for i in range(160)])
-    scheduling.schedule_recurring(TICK, 1, job_id="tick", kwargs={"sleep": 0.3})
+    for job in range(4):  # runs of several jobs wait in the nodes' buffers at once
+        scheduling.schedule_recurring(TICK, 1, job_id=f"tick{job}", kwargs={"sleep": 0.3})
     nodes = {
         name: runscheduler("--node-id", name, "--topic", "work", "--topic", JOBS_TOPIC,
                            settings=SETTINGS)
@@ -78,6 +92,7 @@ def test_a_resumed_zombie_starts_nothing_it_held_and_registers_again(work_topic)
         )
         old_owner = Owner.objects.get(name="zombie").pk
         os.kill(zombie.pid, signal.SIGSTOP)
+        wait_for(lambda: stopped(zombie.pid))
         frozen_at = timezone.now()
         try:
             # Declared dead: its row is gone and its tasks went to the others.
