@@ -75,18 +75,6 @@ def wait_until(predicate: Callable[[], object], timeout: float) -> bool:
     return False
 
 
-def stopped(pid: int) -> bool:
-    """Whether every thread of process ``pid`` is stopped (SIGSTOP is delivered asynchronously:
-    a thread may go on for an instant after ``kill`` returns)."""
-    states = []
-    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
-        try:
-            states.append(stat.read_text().rsplit(")", 1)[1].split()[0])
-        except OSError:  # a thread that ended meanwhile
-            continue
-    return bool(states) and all(state in "Tt" for state in states)
-
-
 def env(database: dict[str, Any], source: Path) -> dict[str, str]:
     return {
         **os.environ,
@@ -105,6 +93,7 @@ def one_round(database: dict[str, Any], source: Path, logs: Path, number: int) -
     from django_tasks_coord.enums import TaskState
     from django_tasks_coord.models import HealthCheck, Owner, PeriodicTask, Task, TokenHolder
     from django_tasks_coord.scheduling import JOBS_TOPIC
+    from tests.processes import stopped
     from tests.testapp.models import Run
 
     for model in (Run, Task, PeriodicTask, Owner, HealthCheck, TokenHolder):

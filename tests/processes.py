@@ -113,3 +113,15 @@ def runscheduler(*args: str, settings: dict[str, object] | None = None) -> subpr
     """Start ``manage.py runscheduler ARGS`` on the test database."""
     env = {"TASKS_COORD_JSON": json.dumps(settings or {})}
     return start("django", "runscheduler", *args, **env)
+
+
+def stopped(pid: int) -> bool:
+    """Whether every thread of process ``pid`` is stopped (SIGSTOP is delivered asynchronously:
+    a thread may go on for an instant after ``kill`` returns)."""
+    states = []
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        try:
+            states.append(stat.read_text().rsplit(")", 1)[1].split()[0])
+        except OSError:  # a thread that ended meanwhile
+            continue
+    return bool(states) and all(state in "Tt" for state in states)

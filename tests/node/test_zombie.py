@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 from datetime import datetime
-from pathlib import Path
 
 import pytest
 from django.db import connection
@@ -18,7 +17,7 @@ from django_tasks_coord import queue, scheduling
 from django_tasks_coord.enums import TaskState
 from django_tasks_coord.models import Owner, Task
 from django_tasks_coord.scheduling import JOBS_TOPIC
-from tests.processes import reap, runscheduler, wait_for
+from tests.processes import reap, runscheduler, stopped, wait_for
 from tests.testapp.models import Run
 
 pytestmark = [
@@ -39,18 +38,6 @@ SETTINGS = {
     "BUFFER": 8,
 }
 TICK = "tests.testapp.job_functions.record"
-
-
-def stopped(pid: int) -> bool:
-    """Whether every thread of process ``pid`` is stopped (SIGSTOP is delivered asynchronously:
-    a thread may go on for an instant after ``kill`` returns)."""
-    states = []
-    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
-        try:
-            states.append(stat.read_text().rsplit(")", 1)[1].split()[0])
-        except OSError:  # a thread that ended meanwhile
-            continue
-    return bool(states) and all(state in "Tt" for state in states)
 
 
 def duplicates(since: datetime, zombie_pid: int) -> list[tuple[str, str]]:
