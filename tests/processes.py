@@ -160,3 +160,15 @@ class Output:
             if pipe is not None:
                 pipe.close()
         return ended, self.text(), err
+
+
+def stopped(pid: int) -> bool:
+    """Whether every thread of process ``pid`` is stopped (SIGSTOP is delivered asynchronously:
+    a thread may go on for an instant after ``kill`` returns)."""
+    states = []
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        try:
+            states.append(stat.read_text().rsplit(")", 1)[1].split()[0])
+        except OSError:  # a thread that ended meanwhile
+            continue
+    return bool(states) and all(state in "Tt" for state in states)

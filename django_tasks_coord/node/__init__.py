@@ -26,15 +26,16 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from django.db import DatabaseError, connections
-from django.db.models import Min
+from django.db.models import Exists, Min
 from django.utils import timezone
 
 from django_tasks_coord import coordination, db, executions, owners, queue, signals, topics
 from django_tasks_coord.enums import Decision, Result, TaskState, WaitingPolicy
-from django_tasks_coord.exceptions import OwnerExpiredError, TasksCoordError
+from django_tasks_coord.exceptions import DuplicateOwnerError, OwnerExpiredError, TasksCoordError
 from django_tasks_coord.handlers import HandlerNotFoundError, Registry, TaskType, registry
-from django_tasks_coord.models import Owner, Task, Topic
+from django_tasks_coord.models import Owner, Task, TokenHolder, Topic
 from django_tasks_coord.node.backoff import IdleBackoff
+from django_tasks_coord.node.claims import Claims
 from django_tasks_coord.node.completer import Completer
 from django_tasks_coord.node.config import NodeConfig
 from django_tasks_coord.node.leadership import Leadership
@@ -85,6 +86,8 @@ class Node:
         self._schedule_changed = WakeEvent(self._stopping)
         self._lifeline_wake = WakeEvent(self._stopping)
         self.leadership: Leadership | None = None
+        #: Whether the node can still prove it holds its claims (see :meth:`_rejoin`).
+        self._claims = Claims(config.liveness_interval)
         self._in_flight = 0
         self._claim_seconds = RunningMean()
         self._task_seconds = RunningMean()
@@ -110,7 +113,9 @@ class Node:
         if self._stopping.is_set():  # a stop request came before the node registered
             logger.info("Stop requested during start-up: exiting before registering.")
             return self.exit_code
+        registered = self._claims.now()
         self.owner = owners.register_owner(self.config.node_id)
+        self._claims.registered(self.owner, registered)
         # Where the database has no NOTIFY, this process's own commits still wake this node.
         db.add_local_listener(self.wake)
         logger.info(
@@ -128,8 +133,6 @@ class Node:
                 self._join_group(self.config.group)
             self._start_side_threads()
             self._dispatch_loop()
-        except OwnerExpiredError:
-            self._lost_ownership()
         finally:
             self._shutdown()
         return self.exit_code
@@ -137,9 +140,13 @@ class Node:
     def _join_group(self, group: str) -> None:
         from django_tasks_coord.scheduling.runner import group_topic, job_task_type
 
-        assert self.owner is not None
         topics.register_topic(group_topic(group))
         self.handlers.add(group_topic(group), job_task_type)
+        self._lead(group)
+
+    def _lead(self, group: str) -> None:
+        """Join ``group`` as this node's current owner (a takeover happens at a beat)."""
+        assert self.owner is not None
         self.leadership = Leadership(
             group,
             self.owner.name,
@@ -222,6 +229,9 @@ class Node:
             try:
                 self._refresh_topics()
                 claimed = self._claim_round()
+            except OwnerExpiredError:  # its owner row is gone: the lifeline registers again
+                self._declared_dead()
+                claimed = 0
             except DatabaseError as exc:
                 logger.warning(
                     "Claiming failed (%s); retrying in %ss.", exc, self.config.poll_interval
@@ -272,6 +282,8 @@ class Node:
 
     def _claim_round(self) -> int:
         """Claim due tasks of every topic (fairly, round-robin) up to the free capacity."""
+        from django_tasks_coord.scheduling.runner import GROUP_TOPIC_PREFIX
+
         claimed = 0
         topics = self._topics
         if not topics:
@@ -279,15 +291,19 @@ class Node:
         start = next(self._round_robin) % len(topics)
         for topic in topics[start:] + topics[:start]:
             free = self.capacity - self.in_flight
+            owner = self._claims.owner
+            if owner is None or not self._claims.holds(owner.pk):
+                self._lifeline_wake.set()  # a zombie claims nothing: the lifeline registers again
+                break
             if free <= 0 or self._stopping.is_set():
                 break
             started = time.monotonic()
             tasks = queue.poll(
-                topic, min(free, self.config.batch_size), owner=self.owner, heartbeat_owner=False
+                topic, min(free, self.config.batch_size), owner=owner, heartbeat_owner=False
             )
             self._claim_seconds.add(time.monotonic() - started)
-            if tasks and topic == self._leader_topic():
-                self._stamp_term(tasks)
+            if tasks and topic.startswith(GROUP_TOPIC_PREFIX):
+                tasks = self._stamp_term(tasks)
             if tasks:
                 self._add_in_flight(len(tasks))
                 claimed += len(tasks)
@@ -296,13 +312,39 @@ class Node:
                 self._submit(topic, tasks)
         return claimed
 
-    def _stamp_term(self, tasks: list[Task]) -> None:
-        """Record on leader-only runs the term they were claimed under (fencing)."""
-        assert self.leadership is not None
-        term = self.leadership.valid_term()
-        Task.objects.using(db.alias()).rows(tasks).update(term=term)
-        for task in tasks:
-            task.term = term
+    def _stamp_term(self, tasks: list[Task]) -> list[Task]:
+        """Record on just claimed leader-only runs the term they were claimed under (fencing).
+
+        One ``UPDATE`` that stamps them only while this node still holds the group's token
+        under the term it believes it leads under. Runs it cannot stamp so (it lost the
+        lead between its poll and now, or never led) go back to the queue unstarted, their
+        attempt refunded, for the leader: a run without a term is never started. Returns
+        the runs stamped.
+        """
+        leadership = self.leadership
+        term = None if leadership is None else leadership.valid_term()
+        stamped = 0
+        if leadership is not None and term is not None:
+            holder = TokenHolder.objects.using(db.alias()).filter(
+                group_id=leadership.group, task_id=leadership.node_id, term=term
+            )
+            claimed = Task.objects.using(db.alias()).rows(tasks)
+            held = claimed.filter(state=TaskState.ACTIVE, exec_id=tasks[0].exec_id)
+            stamped = held.filter(Exists(holder)).update(term=term)
+        if stamped == len(tasks):
+            for task in tasks:
+                task.term = term
+            return tasks
+        logger.warning(
+            "Giving back %s leader-only run(s) of %s: this node no longer leads under term %s.",
+            len(tasks),
+            tasks[0].topic_id,
+            term,
+            extra={"topic": tasks[0].topic_id, "node": self.node_id, "term": term},
+        )
+        self._add_in_flight(len(tasks))  # _release counts each one done
+        self._release(tasks, refund_attempt=True)
+        return []
 
     def _submit(self, topic: str, tasks: list[Task]) -> None:
         assert self._pool is not None
@@ -329,6 +371,7 @@ class Node:
 
     def _execute(self, task_type: TaskType, tasks: list[Task]) -> None:
         """Run in a worker: apply attempt and waiting rules, call the handler, finish each task."""
+        tasks = self._startable(tasks)
         runnable = []
         now = timezone.now()
         for task in tasks:
@@ -343,6 +386,44 @@ class Node:
             self._task_seconds.add((time.monotonic() - started) / len(runnable))
             for task, decision in zip(runnable, decisions, strict=True):
                 self.finish(task_type, task, decision)
+
+    def _startable(self, tasks: list[Task]) -> list[Task]:
+        """Those of ``tasks`` a worker may start now; the others go back to the queue.
+
+        A node starts nothing from a claim it cannot prove it still holds: not after it
+        may have been declared dead (:class:`~django_tasks_coord.node.claims.Claims`), and
+        a leader-only run only under the term it was stamped with, while this node still
+        leads under it. The others are released unstarted, their attempt refunded (a
+        claim another node took meanwhile is left alone).
+        """
+        from django_tasks_coord.scheduling.runner import GROUP_TOPIC_PREFIX
+
+        leadership = self.leadership
+        term = None if leadership is None else leadership.valid_term()
+        startable: list[Task] = []
+        unproven: list[Task] = []
+        for task in tasks:
+            leader_only = task.topic_id.startswith(GROUP_TOPIC_PREFIX)
+            proven = self._claims.holds(task.owner_id) and (
+                not leader_only or (task.term is not None and task.term == term)
+            )
+            (startable if proven else unproven).append(task)
+        if unproven:
+            zombie = self._claims.expired
+            logger.warning(
+                "Not starting %s task(s) of %s: %s.",
+                len(unproven),
+                unproven[0].topic_id,
+                f"no heartbeat for {self._claims.silence():.1f}s, this node may have been "
+                "declared dead"
+                if zombie
+                else f"this node no longer leads under term {unproven[0].term}",
+                extra={"topic": unproven[0].topic_id, "node": self.node_id},
+            )
+            if zombie:
+                self._lifeline_wake.set()  # register again
+            self._release(unproven, refund_attempt=True)
+        return startable
 
     def _pre_run_verdict(self, task_type: TaskType, task: Task, now: datetime) -> Decision | None:
         max_attempts = task_type.max_attempts_for(task)
@@ -657,10 +738,8 @@ class Node:
                     # one back, so a standby notices a dead leader within liveness + one beat.
                     # A wake-up (work claimed, a token released) beats now and restarts the rate.
                     next_beat = now + interval if woken else max(next_beat + interval, now)
-                    if not owners.heartbeat(self.owner):
-                        if not self._stopping.is_set():
-                            self._lost_ownership()
-                        return
+                    if not self._heartbeat():
+                        self._rejoin()
                     last_beat = now
                     if self.leadership is not None:
                         self.leadership.beat()
@@ -677,13 +756,78 @@ class Node:
                 connections[db.alias()].close()
                 logger.warning("Heartbeat failed: %s", exc)
                 next_beat = min(next_beat, now + self.config.heartbeat_frequency)
-                if now - last_beat > self.config.liveness_interval:
-                    logger.error("No heartbeat for a liveness interval: this node counts as dead.")
-                    self._lost_ownership()
-                    return
             if status and now - last_status >= status:
                 last_status = now
                 self._status_line()
+
+    def _heartbeat(self) -> bool:
+        """Heartbeat this node's owner; False if it may have been declared dead.
+
+        A node silent for more than the liveness interval (frozen, or the database was
+        out of reach) does not beat its old owner row back to life: the others may have
+        handed its tasks out already (a sweep that met a locked task row even keeps the
+        row). It counts itself dead, like a node whose row is gone.
+        """
+        assert self.owner is not None
+        if self._claims.expired:
+            return False
+        started = self._claims.now()
+        if not owners.heartbeat(self.owner):
+            return False
+        self._claims.beaten(self.owner, started)
+        return True
+
+    def _declared_dead(self) -> None:
+        """This node may have been declared dead: start nothing more, let the lifeline
+        register it again (:meth:`_rejoin`)."""
+        lost = self._claims.lose()
+        if lost is not None:
+            logger.error(
+                "Node %s may have been declared dead (no heartbeat for over %ss, or its owner "
+                "row is gone): dropping its buffered tasks and registering again.",
+                lost.name,
+                self.config.liveness_interval,
+                extra={"node": lost.name},
+            )
+        self._lifeline_wake.set()
+
+    def _rejoin(self) -> None:
+        """Continue as a fresh node after this one may have been declared dead.
+
+        Its buffered tasks are dropped unstarted (released, attempt refunded, where the
+        claim still stands; another node may hold them already), its old owner row is
+        removed (what it still holds goes back to the queue, tasks still running here
+        included: their completions will be refused), it leaves its group (a term it held
+        is stale), and it registers a new owner. Completions already handed to the
+        completer are written only where the claim still stands (``exec_id``). Called
+        by the lifeline; a database error leaves the node dead, and the next beat tries
+        again.
+        """
+        assert self.owner is not None
+        assert self._pool is not None
+        self._declared_dead()
+        buffered = [task for job in self._pool.take_queued() for task in job.payload]
+        self._release(buffered, refund_attempt=True)
+        owners.unregister_owner(self.owner)
+        if self.leadership is not None:
+            self.leadership.stop()  # releases the token if this node still held it
+        started = self._claims.now()
+        try:
+            owner = owners.register_owner(self.config.node_id)
+        except DuplicateOwnerError:  # a live node took this node's name meanwhile
+            self._lost_ownership()
+            return
+        self.owner = owner
+        self._claims.registered(owner, started)
+        logger.warning(
+            "Node %s registered again; it goes on as a fresh node.",
+            owner.name,
+            extra={"node": owner.name},
+        )
+        if self.config.group:
+            self._lead(self.config.group)
+        self._topics_checked = 0.0
+        self._wakeup.set()
 
     def _schedule_loop(self) -> None:
         """Submit due job slots; sleep until the next one is due or a schedule changes.
@@ -742,8 +886,8 @@ class Node:
 
     def _lost_ownership(self) -> None:
         logger.error(
-            "Node %s was declared dead (its owner row is gone): its tasks belong to other nodes now. "
-            "Stopping without completing anything.",
+            "Node %s was declared dead and cannot register again: a live node took its node "
+            "id. Stopping without completing anything.",
             self.owner.name if self.owner else "?",
             extra={"node": self.node_id},
         )
@@ -794,7 +938,7 @@ class Node:
         for task in tasks:
             try:
                 queue.release(task, refund_attempt=refund_attempt)
-            except TasksCoordError as exc:
+            except (TasksCoordError, DatabaseError) as exc:
                 logger.debug("Not releasing %s: %s", task, exc)
             finally:
                 self.done(1)

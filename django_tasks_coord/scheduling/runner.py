@@ -181,10 +181,13 @@ class JobTaskType(TaskType):
         return at
 
     def may_complete(self, task: Task) -> bool:
-        """A leader-only run is completed only while its node still leads under the run's term."""
+        """A leader-only run is completed only while its node still leads under the run's term
+        (a run without a term was never claimed under one: it is handed back, not completed)."""
         group = group_of(task.topic_id)
-        if group is None or task.term is None:
+        if group is None:
             return True
+        if task.term is None:
+            return False
         node_id = _owner_name(task)
         return node_id is not None and coordination.is_current(group, node_id, task.term)
 

@@ -118,7 +118,8 @@ def idle_node(*, poll_interval=1.0, max_poll_interval=8.0, **overrides) -> Node:
         **overrides,
     )
     node = Node(config)
-    node.owner = SimpleNamespace(name="n1")  # type: ignore[assignment]
+    node.owner = SimpleNamespace(name="n1", pk=1)  # type: ignore[assignment]
+    node._claims.registered(node.owner, node._claims.now())  # its claims stand
     return node
 
 

@@ -220,3 +220,42 @@ def test_pausing_a_topic_releases_its_buffered_tasks(make_node, work_topic):
     tasks = list(Task.objects.filter(topic_id="work").order_by("sequence"))
     assert [t.state for t in tasks] == [TaskState.SUCCEEDED] + [TaskState.PENDING] * 4
     assert [t.attempts for t in tasks[1:]] == [0] * 4  # the claims' attempts were refunded
+
+
+def test_a_zombie_starts_no_buffered_task_and_registers_again(make_node, work_topic):
+    """A node that went longer than the liveness interval without a successful heartbeat
+    (its clock jumps, as after SIGSTOP) starts none of its buffered tasks: it gives them
+    back (attempt refunded), registers a new owner and runs them as that fresh node."""
+    clock = [1000.0]
+    nodes = []
+    seen = []
+
+    def first_freezes(task):
+        seen.append((task.identifier, task.attempts, task.owner_id))
+        if task.identifier == "t0" and task.attempts == 1:
+            old = nodes[0].owner.pk
+            clock[0] += 6  # frozen past the liveness interval (5 s) while t1..t4 wait
+            deadline = time.monotonic() + 10
+            while nodes[0].owner.pk == old and time.monotonic() < deadline:
+                time.sleep(0.01)  # waiting for the node to act, not for time to pass
+
+    handlers.register("work", first_freezes)
+    queue.push_many("work", [(f"t{i}", {}) for i in range(5)])
+    nodes.append(make_node(workers=1, buffer=10, batch_size=5))
+    nodes[0]._claims.now = lambda: clock[0]
+    assert run(nodes[0]) == 0
+    first_owner = seen[0][2]
+    again = seen[1:]
+    assert seen[0][:2] == ("t0", 1)
+    # Nothing claimed by the first owner started after the freeze; the rest ran once each,
+    # for the new owner, their refunded attempt the first.
+    assert all(owner != first_owner for _, _, owner in again)
+    assert sorted((name, attempt) for name, attempt, _ in again) == [
+        ("t0", 2),  # running when it froze: at least once
+        ("t1", 1),
+        ("t2", 1),
+        ("t3", 1),
+        ("t4", 1),
+    ]
+    assert states() == [TaskState.SUCCEEDED] * 5
+    assert not Owner.objects.exists()

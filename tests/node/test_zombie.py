@@ -1,0 +1,119 @@
+"""A node frozen (SIGSTOP) past its liveness interval is declared dead; once it resumes
+(SIGCONT) it starts nothing it had claimed or buffered before, registers again and goes on
+working. Real runscheduler nodes on PostgreSQL and MariaDB (SQLite runs one node)."""
+
+from __future__ import annotations
+
+import os
+import signal
+from datetime import datetime
+
+import pytest
+from django.db import connection
+from django.db.models import Count
+from django.utils import timezone
+
+from django_tasks_coord import queue, scheduling
+from django_tasks_coord.enums import TaskState
+from django_tasks_coord.models import Owner, Task
+from django_tasks_coord.scheduling import JOBS_TOPIC
+from tests.processes import reap, runscheduler, stopped, wait_for
+from tests.testapp.models import Run
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.multiprocess,
+    pytest.mark.skipif(connection.vendor == "sqlite", reason="SQLite runs one node"),
+]
+
+LIVENESS = 3.0
+SETTINGS = {
+    "HEARTBEAT_FREQUENCY": 0.2,
+    "LIVENESS_INTERVAL": LIVENESS,
+    "POLL_INTERVAL": 0.1,
+    "REAP_INTERVAL": 0.3,
+    "STATUS_INTERVAL": 0,
+    "SHUTDOWN_MAX_WAIT": 2,
+    "WORKERS": 2,
+    "BUFFER": 8,
+}
+TICK = "tests.testapp.job_functions.record"
+
+
+def duplicates(since: datetime, zombie_pid: int) -> list[tuple[str, str]]:
+    """Runs started twice, except a run the zombie had started before it froze at ``since``
+    (at least once: another node runs it again, unavoidably)."""
+    found = []
+    for topic, keys in (("work", ("identifier",)), ("jobs", ("identifier", "slot"))):
+        twice = (
+            Run.objects.filter(topic=topic)
+            .values(*keys)
+            .annotate(n=Count("id"))
+            .filter(n__gt=1)
+            .values(*keys)
+        )
+        for values in twice:
+            runs = Run.objects.filter(topic=topic, **values)
+            interrupted = runs.filter(pid=zombie_pid, started_at__lt=since).count()
+            if runs.count() - min(interrupted, 1) > 1:
+                found.append((topic, values))
+    return found
+
+
+def test_a_resumed_zombie_starts_nothing_it_held_and_registers_again(work_topic):
+    queue.register_topic(JOBS_TOPIC)
+    queue.push_many("work", [(f"t{i}", {"sleep": 0.25}) for i in range(160)])
+    for job in range(4):  # runs of several jobs wait in the nodes' buffers at once
+        scheduling.schedule_recurring(TICK, 1, job_id=f"tick{job}", kwargs={"sleep": 0.3})
+    nodes = {
+        name: runscheduler("--node-id", name, "--topic", "work", "--topic", JOBS_TOPIC,
+                           settings=SETTINGS)
+        for name in ("zombie", "a", "b")
+    }  # fmt: skip
+    zombie = nodes["zombie"]
+    try:
+        # Frozen with work in flight: running, and buffered beyond its two workers.
+        wait_for(
+            lambda: Task.objects.filter(owner__name="zombie", state=TaskState.ACTIVE).count() > 3,
+            timeout=60,
+        )
+        old_owner = Owner.objects.get(name="zombie").pk
+        os.kill(zombie.pid, signal.SIGSTOP)
+        wait_for(lambda: stopped(zombie.pid))
+        frozen_at = timezone.now()
+        try:
+            # Declared dead: its row is gone and its tasks went to the others.
+            wait_for(lambda: not Owner.objects.filter(pk=old_owner).exists(), timeout=60)
+            wait_for(lambda: Run.objects.filter(started_at__gt=frozen_at).count() >= 6, timeout=60)
+        finally:
+            os.kill(zombie.pid, signal.SIGCONT)
+        resumed_at = timezone.now()
+        # It registers again (a new owner row) instead of exiting...
+        wait_for(lambda: Owner.objects.filter(name="zombie").exists(), timeout=60)
+        assert zombie.poll() is None, reap(zombie)
+        assert Owner.objects.get(name="zombie").pk != old_owner
+        wait_for(
+            lambda: Task.objects.filter(topic_id="work", state=TaskState.SUCCEEDED).count() == 160,
+            timeout=120,
+        )
+        # ...and goes on working: alone now, it runs new tasks and the job's next slots.
+        for name in ("a", "b"):
+            reap(nodes.pop(name), signal.SIGTERM)
+        queue.push_many("work", [(f"after{i}", {}) for i in range(5)])
+        wait_for(
+            lambda: Run.objects.filter(pid=zombie.pid, identifier__startswith="after").count() == 5,
+            timeout=60,
+        )
+        wait_for(
+            lambda: Run.objects.filter(pid=zombie.pid, topic="jobs", started_at__gt=resumed_at)
+            .exists(),
+            timeout=60,
+        )  # fmt: skip
+    finally:
+        outputs = {name: reap(proc, signal.SIGTERM) for name, proc in nodes.items()}
+    assert zombie.returncode == 0, outputs["zombie"]
+    assert "registered again" in outputs["zombie"][0] + outputs["zombie"][1]
+    assert duplicates(frozen_at, zombie.pid) == []
+    # Every task completed exactly once, none left behind.
+    assert Run.objects.filter(topic="work").values("identifier").distinct().count() == 165
+    assert not Task.objects.filter(topic_id="work").exclude(state=TaskState.SUCCEEDED).exists()
