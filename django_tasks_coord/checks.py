@@ -15,7 +15,7 @@ from django.apps import AppConfig, apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import connections
-from django.utils.module_loading import import_string, module_has_submodule
+from django.utils.module_loading import module_has_submodule
 
 from django_tasks_coord.exceptions import (
     ConfigurationError,
@@ -338,6 +338,7 @@ def check_stored_jobs(
     from django.db import DatabaseError
 
     from django_tasks_coord.models import PeriodicTask
+    from django_tasks_coord.scheduling.runner import import_problem
     from django_tasks_coord.timers import parse
 
     conn = _database_connection(databases)
@@ -353,12 +354,8 @@ def check_stored_jobs(
         return []
     messages: list[CheckMessage] = []
     for job_id, path, timer, tz in jobs:
-        problems = []
-        try:
-            if not callable(import_string(path)):
-                problems.append(f"{path} is not callable")
-        except ImportError as exc:
-            problems.append(f"its callable {path} cannot be imported: {exc}")
+        problem = import_problem(path)
+        problems = [problem] if problem else []
         try:
             parse(timer, tz=tz or None)
         except TasksCoordError as exc:

@@ -34,6 +34,7 @@ from django_tasks_coord.enums import Decision, Result, TaskState, WaitingPolicy
 from django_tasks_coord.exceptions import OwnerExpiredError, TasksCoordError
 from django_tasks_coord.handlers import HandlerNotFoundError, Registry, TaskType, registry
 from django_tasks_coord.models import Owner, Task, Topic
+from django_tasks_coord.node import startup
 from django_tasks_coord.node.backoff import IdleBackoff
 from django_tasks_coord.node.completer import Completer
 from django_tasks_coord.node.config import NodeConfig
@@ -107,6 +108,7 @@ class Node:
     def run(self) -> int:
         """Run until stopped (or, with ``burst``, until nothing is due). Returns an exit code."""
         self.owner = owners.register_owner(self.config.node_id)
+        startup.prepare(self.config, self.handlers)  # consumer topics; loud warnings
         # Where the database has no NOTIFY, this process's own commits still wake this node.
         db.add_local_listener(self.wake)
         logger.info(
@@ -134,7 +136,7 @@ class Node:
         from django_tasks_coord.scheduling.runner import group_topic, job_task_type
 
         assert self.owner is not None
-        topics.register_topic(group_topic(group))
+        topics.register_internal_topic(group_topic(group))
         self.handlers.add(group_topic(group), job_task_type)
         self.leadership = Leadership(
             group,
