@@ -30,7 +30,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 from django.utils.module_loading import autodiscover_modules, import_string
 
@@ -74,6 +74,9 @@ class TaskType:
     waiting_policy: WaitingPolicy = WaitingPolicy.WAIT
     waiting_time: float | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    #: Whether running the task writes its own ``attempt_log`` (Django tasks); otherwise the
+    #: node keeps it (:mod:`django_tasks_coord.attempts`).
+    keeps_attempt_log: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         if not callable(self.func):

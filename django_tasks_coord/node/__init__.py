@@ -30,6 +30,7 @@ from django.db.models import Min
 from django.utils import timezone
 
 from django_tasks_coord import coordination, db, executions, owners, queue, signals, topics
+from django_tasks_coord.attempts import record as record_attempt
 from django_tasks_coord.enums import Decision, Result, TaskState, WaitingPolicy
 from django_tasks_coord.exceptions import OwnerExpiredError, TasksCoordError
 from django_tasks_coord.handlers import HandlerNotFoundError, Registry, TaskType, registry
@@ -349,6 +350,7 @@ class Node:
         ``final`` failures (no handler, attempts used up by dead nodes) are never retried.
         """
         assert self._completer is not None
+        record_attempt(task_type, task, decision, self.node_id)  # consumers' attempt log
         retry_at = None
         if not final and task_type is not None and decision.result is Result.FAILURE:
             retry_at = task_type.retry_at(task, decision, timezone.now())
