@@ -188,9 +188,8 @@ class PeriodicTaskAdmin(ServiceActionsAdmin):
             {
                 "fields": (
                     ("timer", "tz"),
-                    "status",
+                    "status",  # enabled and paused, in words
                     "upcoming",
-                    ("enabled", "paused"),
                     ("nextrun", "start_time", "end_time"),
                     ("max_count", "run_count"),
                 )

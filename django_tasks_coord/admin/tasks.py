@@ -92,16 +92,15 @@ def _pre(value: str | None) -> Any:
 class TaskAdmin(ServiceActionsAdmin):
     """Every task of every topic; reset, recreate and cancel go through the queue's API."""
 
-    # Narrow enough for 1280 px with the filters (docs/admin.md): the label, creation time
-    # and recreated flag are on the detail page and in the filters.
+    # Narrow enough for 1280 px with Django's navigation and the filters, without scrolling
+    # sideways (docs/admin.md): the label, attempts, node, creation time and recreated flag
+    # are on the detail page and in the filters.
     list_display = (
         "sequence",
         "topic_name",
         "identifier",
         "state",
         "message_short",
-        "attempts",
-        "owner",
         "finished_at",
     )
     list_display_links = ("sequence", "identifier")

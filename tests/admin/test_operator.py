@@ -18,7 +18,7 @@ from django_tasks_coord import scheduling
 from django_tasks_coord.admin import dashboard
 from django_tasks_coord.enums import TaskState
 from django_tasks_coord.models import JobKind, PeriodicTask, Task
-from django_tasks_coord.scheduling import JOBS_TOPIC, declared
+from django_tasks_coord.scheduling import JOBS_TOPIC
 from tests.factories import TaskFactory, TopicFactory
 
 pytestmark = pytest.mark.django_db
@@ -172,7 +172,6 @@ def test_a_declared_job_has_no_save_and_no_delete(admin_client):
     assert PeriodicTask.objects.filter(pk__in=["in-code", "at-run-time"]).count() == 2
     admin_client.post(JOBS, {**bulk, "_selected_action": ["at-run-time"]})
     assert list(PeriodicTask.objects.values_list("pk", flat=True)) == ["in-code"]
-    declared.forget("in-code")
 
 
 def test_a_job_scheduled_at_run_time_still_has_save_and_delete(admin_client):
