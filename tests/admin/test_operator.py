@@ -116,6 +116,8 @@ def test_paused_reads_as_text(admin_client):
     scheduling.pause("held")
     html = admin_client.get(JOBS).content.decode()
     assert '<td class="field-status">Paused</td>' in html and "field-paused" not in html
+    detail = admin_client.get(job_url("held")).content.decode()
+    assert "field-status" in detail and "field-paused" not in detail  # no check mark
 
 
 def test_a_paused_job_whose_callable_does_not_import_says_so(admin_client):
