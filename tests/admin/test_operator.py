@@ -6,6 +6,7 @@ the attempt log)? Will this job run again? Can this job be edited? When, in whic
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -252,3 +253,31 @@ def test_stored_job_kinds_other_than_periodic_stay_read_only(admin_client):
     assert PeriodicTask.objects.get(pk="every-minute").kind == JobKind.RECURRING
     html = admin_client.get(job_url("every-minute")).content.decode()
     assert 'name="_save"' not in html
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="reads PostgreSQL plans")
+def test_the_backlog_reads_unfinished_tasks_through_indexes_not_history(work):
+    """With sequential scans ruled out, the grouped query is served by indexes that only
+    reach unfinished tasks: partial ones, or ones leading with ``state`` (a range seek)."""
+    TaskFactory.create_batch(
+        50, topic=work[0], state=TaskState.SUCCEEDED, finished_at=timezone.now()
+    )
+    with CaptureQueriesContext(connection) as queries:
+        dashboard.backlog(timezone.now())
+    grouped = queries.captured_queries[1]["sql"]
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute(f"EXPLAIN {grouped}")
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+        cursor.execute(
+            "SELECT i.relname, x.indpred IS NOT NULL, a.attname FROM pg_index x "
+            "JOIN pg_class i ON i.oid = x.indexrelid "
+            "JOIN pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = x.indkey[0]"
+        )
+        indexes = {name: (partial, leading) for name, partial, leading in cursor.fetchall()}
+    assert "Seq Scan" not in plan, plan
+    used = re.findall(r"(?:Index Scan|Index Only Scan|Bitmap Index Scan) (?:using|on) (\w+)", plan)
+    assert used, plan
+    for name in used:
+        partial, leading = indexes[name]
+        assert partial or leading == "state", (name, plan)
