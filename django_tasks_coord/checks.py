@@ -364,7 +364,7 @@ def check_stored_jobs(
             Warning(
                 f"Job {job_id!r}: {problem}.",
                 hint="Unschedule the job (scheduling.unschedule) or deploy the code it names; "
-                "its runs fail (a bad timer: the scheduler disables it).",
+                "its first run pauses it (a bad timer: the scheduler disables it).",
                 obj=job_id,
                 id="tasks_coord.W003",
             )
