@@ -94,3 +94,13 @@ def not_json():
 @task(unique_key=lambda user_id: f"user-{user_id}")
 def refresh_user(user_id):
     return user_id
+
+
+@task(takes_context=True, max_attempts=1)
+def cancelled_while_running(context):
+    """Canceled (as by an operator) while it runs: its success must not be stored."""
+    from django_tasks_coord import queue
+    from django_tasks_coord.models import Task as TaskRow
+
+    queue.cancel(TaskRow.objects.get(identifier=context.task_result.id), "canceled by a test")
+    return "done"
