@@ -108,7 +108,7 @@ def prepare(vendor: str) -> None:
     for model in (Task, PeriodicTask, Owner, HealthCheck, TokenHolder):
         model.objects.using(vendor).all().delete()
     with common.on(vendor):
-        topics.register_topic(scheduling.JOBS_TOPIC)
+        topics.register_internal_topic(scheduling.JOBS_TOPIC)
     common.tidy(vendor)
 
 

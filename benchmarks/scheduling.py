@@ -162,7 +162,7 @@ def prepare(vendor: str) -> None:
     clear_schedules(vendor)
     with on(vendor):
         Owner.objects.using(vendor).all().delete()
-        topics.register_topic(scheduling.JOBS_TOPIC)
+        topics.register_internal_topic(scheduling.JOBS_TOPIC)
         topics.register_topic(IDLE_TOPIC)
         scheduling.resume_all()
 

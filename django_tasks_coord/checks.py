@@ -15,7 +15,7 @@ from django.apps import AppConfig, apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import connections
-from django.utils.module_loading import import_string, module_has_submodule
+from django.utils.module_loading import module_has_submodule
 
 from django_tasks_coord.exceptions import (
     ConfigurationError,
@@ -24,9 +24,10 @@ from django_tasks_coord.exceptions import (
     TimerError,
 )
 
-#: The modules of installed apps where jobs (``jobs``) and task definitions (``tasks``,
-#: ``jobs``) are declared; ``runscheduler`` and the HTTP API import them at start-up.
-DECLARING_MODULES = ("jobs", "tasks")
+#: The modules of installed apps where jobs (``jobs``), task definitions (``tasks``,
+#: ``jobs``) and consumers (``consumers``) are declared; ``runscheduler`` and the HTTP API
+#: import them at start-up.
+DECLARING_MODULES = ("jobs", "tasks", "consumers")
 
 SETTINGS_HINT = "See docs/reference/settings.md for the accepted keys and values."
 
@@ -114,24 +115,43 @@ def check_declarations(
 ) -> list[CheckMessage]:
     """``tasks_coord.E004`` a declared job's timer does not parse; ``E005`` a task
     definition is invalid (a JSON Schema, a setting); ``E006`` an app's ``jobs`` or
-    ``tasks`` module fails to import otherwise; ``E002`` a job declared with
-    ``@scheduling.job`` cannot be imported by its dotted path."""
+    ``tasks`` or ``consumers`` module fails to import otherwise; ``E002`` a job declared
+    with ``@scheduling.job`` cannot be imported by its dotted path; ``E007`` two consumers
+    are declared for one topic.
+
+    Each module and declaration is checked on its own: one bad declaration never hides
+    the others' problems, and nothing raises out of this check.
+    """
+    from django_tasks_coord import handlers
     from django_tasks_coord.scheduling import declared
 
     messages = _import_declaring_modules(app_configs)
+    failed = {message.obj for message in messages}
     messages.extend(
         Error(
             f"Declared job {name!r}: {problem}.",
             hint="Declare jobs on module-level functions of an importable module (an app's jobs.py).",
             id="tasks_coord.E002",
         )
-        for name, problem in declared.problems()
+        for name, problem in declared.problems(skip_modules=failed)
+    )
+    messages.extend(
+        Error(
+            f"Topic {topic!r} has two consumers: {first} and {second}; the last one "
+            "imported wins, so which one runs depends on import order.",
+            hint="Keep one @handlers.consumer per topic (a consumer can dispatch on the "
+            "task's payload), or give the second one its own topic.",
+            obj=topic,
+            id="tasks_coord.E007",
+        )
+        for topic, first, second in handlers.registry.conflicts()
     )
     return messages
 
 
 def _import_declaring_modules(app_configs: Iterable[AppConfig] | None) -> list[CheckMessage]:
-    """Import each app's ``jobs`` and ``tasks`` module, reporting each one that fails.
+    """Import each app's ``jobs``, ``tasks`` and ``consumers`` module, reporting each one
+    that fails (this app's own ``consumers`` module is the node's start-up: not imported).
 
     Unlike ``autodiscover_modules``, one failing module does not hide the others'
     problems. A module that fails stays out of ``sys.modules``, so ``runscheduler``
@@ -143,40 +163,55 @@ def _import_declaring_modules(app_configs: Iterable[AppConfig] | None) -> list[C
             if not module_has_submodule(app_config.module, name):
                 continue
             module = f"{app_config.name}.{name}"
+            if module == "django_tasks_coord.consumers":
+                continue  # the node's start-up (it registers topics), not declarations
             try:
                 import_module(module)
-            except TimerError as exc:
-                messages.append(
-                    Error(
-                        f"{module}: a declared job's timer does not parse: {exc}",
-                        hint="Fix the timer; docs/timers.md lists the accepted forms "
-                        "(systemd calendar events, cron, intervals, ISO dates).",
-                        obj=module,
-                        id="tasks_coord.E004",
-                    )
-                )
-            except DefinitionError as exc:
-                messages.append(
-                    Error(
-                        f"{module}: {exc}",
-                        hint="Fix the definition's settings or JSON Schema (Draft 2020-12 "
-                        "unless the schema names its own $schema).",
-                        obj=module,
-                        id="tasks_coord.E005",
-                    )
-                )
             except Exception as exc:  # noqa: BLE001 - any import failure is reported, not raised
-                messages.append(
-                    Error(
-                        f"{module} cannot be imported: {type(exc).__name__}: {exc}",
-                        hint="runscheduler imports this module at start-up and would fail "
-                        "the same way; run `python manage.py shell -c 'import "
-                        f"{module}'` to see the traceback.",
-                        obj=module,
-                        id="tasks_coord.E006",
-                    )
-                )
+                messages.append(_import_error(module, exc))
     return messages
+
+
+def _import_error(module: str, exc: Exception) -> CheckMessage:
+    """The check message for ``module`` failing at import with ``exc``.
+
+    The error is classified by its cause too: ``@task(timer=...)`` wraps the timer's
+    error in Django's ``InvalidTask``, whose message names the task.
+    """
+    if _cause(exc, TimerError) is not None:
+        return Error(
+            f"{module}: a declared job's timer does not parse: {exc}",
+            hint="Fix the timer; docs/timers.md lists the accepted forms "
+            "(systemd calendar events, cron, intervals, ISO dates).",
+            obj=module,
+            id="tasks_coord.E004",
+        )
+    if _cause(exc, DefinitionError) is not None:
+        return Error(
+            f"{module}: {exc}",
+            hint="Fix the definition's settings or JSON Schema (Draft 2020-12 "
+            "unless the schema names its own $schema).",
+            obj=module,
+            id="tasks_coord.E005",
+        )
+    return Error(
+        f"{module} cannot be imported: {type(exc).__name__}: {exc}",
+        hint="runscheduler imports this module at start-up and would fail "
+        "the same way; run `python manage.py shell -c 'import "
+        f"{module}'` to see the traceback.",
+        obj=module,
+        id="tasks_coord.E006",
+    )
+
+
+def _cause(exc: BaseException, kind: type[Exception]) -> Exception | None:
+    """``exc`` or the first exception of ``kind`` in its chain of causes, if any."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, kind):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 @register()
@@ -303,6 +338,7 @@ def check_stored_jobs(
     from django.db import DatabaseError
 
     from django_tasks_coord.models import PeriodicTask
+    from django_tasks_coord.scheduling.runner import import_problem
     from django_tasks_coord.timers import parse
 
     conn = _database_connection(databases)
@@ -318,12 +354,8 @@ def check_stored_jobs(
         return []
     messages: list[CheckMessage] = []
     for job_id, path, timer, tz in jobs:
-        problems = []
-        try:
-            if not callable(import_string(path)):
-                problems.append(f"{path} is not callable")
-        except ImportError as exc:
-            problems.append(f"its callable {path} cannot be imported: {exc}")
+        problem = import_problem(path)
+        problems = [problem] if problem else []
         try:
             parse(timer, tz=tz or None)
         except TasksCoordError as exc:
@@ -332,7 +364,7 @@ def check_stored_jobs(
             Warning(
                 f"Job {job_id!r}: {problem}.",
                 hint="Unschedule the job (scheduling.unschedule) or deploy the code it names; "
-                "its runs fail (a bad timer: the scheduler disables it).",
+                "its first run pauses it (a bad timer: the scheduler disables it).",
                 obj=job_id,
                 id="tasks_coord.W003",
             )

@@ -48,6 +48,14 @@ class UnknownTaskError(TasksCoordError, LookupError):
     """
 
 
+class ReservedTopicError(InvalidArgumentError):
+    """``register_topic`` was given a name starting with the reserved ``tasks_coord.``.
+
+    That prefix is for the package's own topics (the jobs topic, coordination groups'
+    topics); choose another name for your topic.
+    """
+
+
 class TaskStateError(TasksCoordError):
     """A task is not in a state that allows the requested operation.
 
@@ -119,6 +127,15 @@ class JobError(TasksCoordError):
 
 class UnknownJobError(JobError, LookupError):
     """No job has this id. ``scheduling.running_jobs()`` and the admin list the jobs."""
+
+
+class JobImportError(JobError, ImportError):
+    """A job's callable cannot be imported by the node that runs it (renamed, removed, not deployed).
+
+    The scheduler pauses the job after the first such run instead of failing every slot.
+    Deploy the code it names (or fix its dotted path), then resume the job
+    (``scheduling.resume`` or Resume in the admin).
+    """
 
 
 class JobDefinitionError(JobError, InvalidArgumentError):

@@ -30,7 +30,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 from django.utils.module_loading import autodiscover_modules, import_string
 
@@ -74,6 +74,9 @@ class TaskType:
     waiting_policy: WaitingPolicy = WaitingPolicy.WAIT
     waiting_time: float | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    #: Whether running the task writes its own ``attempt_log`` (Django tasks); otherwise the
+    #: node keeps it (:mod:`django_tasks_coord.attempts`).
+    keeps_attempt_log: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         if not callable(self.func):
@@ -172,6 +175,9 @@ class Registry:
     def __init__(self) -> None:
         self._consumers: dict[str, TaskType] = {}
         self._named: dict[str, TaskType] = {}
+        #: The dotted path of each topic's ``@consumer``, and the topics declared twice.
+        self._declared: dict[str, str] = {}
+        self._conflicts: list[tuple[str, str, str]] = []
         self._lock = threading.Lock()
 
     def register(self, topic: str, func: Callable[..., Any], **options: Any) -> TaskType:
@@ -190,10 +196,22 @@ class Registry:
     def consumer(
         self, topic: str, **options: Any
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        """Decorator form of :meth:`register`; the function is returned unchanged."""
+        """Decorator form of :meth:`register`; the function is returned unchanged.
+
+        This is how consumers are declared in code: a second function declared for the
+        same topic is recorded (:meth:`conflicts`, system check ``tasks_coord.E007``).
+        """
 
         def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
-            self.register(topic, func, **options)
+            path = f"{func.__module__}.{func.__qualname__}"
+            with self._lock:
+                known = self._declared.setdefault(topic, path)
+                if known != path:
+                    self._conflicts.append((topic, known, path))
+            try:
+                self.register(topic, func, **options)
+            except (InvalidArgumentError, TypeError) as exc:
+                raise InvalidArgumentError(f"Consumer {path} of topic {topic!r}: {exc}") from exc
             return func
 
         return decorate
@@ -208,6 +226,16 @@ class Registry:
         with self._lock:
             self._consumers = dict(consumers)
             self._named.clear()
+            self._declared = {
+                topic: path for topic, path in self._declared.items() if topic in consumers
+            }
+            self._conflicts.clear()
+
+    def conflicts(self) -> list[tuple[str, str, str]]:
+        """``(topic, first path, second path)`` for each topic declared with ``@consumer``
+        by two different functions (system check ``tasks_coord.E007``)."""
+        with self._lock:
+            return list(self._conflicts)
 
     def consumers(self) -> dict[str, TaskType]:
         """The registered consumers by topic (a copy)."""

@@ -103,8 +103,8 @@ class Owner(models.Model):
     heartbeat = models.DateTimeField(_("last heartbeat"), db_default=Now(), db_index=True)
 
     class Meta:
-        verbose_name = _("owner")
-        verbose_name_plural = _("owners")
+        verbose_name = _("node")
+        verbose_name_plural = _("nodes")
         ordering = ["name"]
 
     def __str__(self) -> str:
@@ -570,8 +570,8 @@ class TokenHolder(models.Model):
 
     class Meta:
         db_table = "token_holder"
-        verbose_name = _("token holder")
-        verbose_name_plural = _("token holders")
+        verbose_name = _("leader")
+        verbose_name_plural = _("leaders")
         ordering = ["group_id"]
 
     def __str__(self) -> str:
@@ -587,8 +587,8 @@ class HealthCheck(models.Model):
 
     class Meta:
         db_table = "health_check"
-        verbose_name = _("health check")
-        verbose_name_plural = _("health checks")
+        verbose_name = _("group member")
+        verbose_name_plural = _("group members")
         ordering = ["group_id", "task_id"]
         constraints = [
             models.UniqueConstraint(fields=["task_id", "group_id"], name="health_check_node_group")

@@ -17,10 +17,17 @@ from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
 from django_tasks_coord import db, partitions
-from django_tasks_coord.exceptions import InvalidArgumentError, UnknownTopicError
+from django_tasks_coord.exceptions import (
+    InvalidArgumentError,
+    ReservedTopicError,
+    UnknownTopicError,
+)
 from django_tasks_coord.models import Topic
 
 logger = logging.getLogger(__name__)
+
+#: The prefix of this package's own topics; :func:`register_topic` refuses it.
+RESERVED_PREFIX = "tasks_coord."
 
 #: A topic given by name or as a :class:`~django_tasks_coord.models.Topic`.
 TopicRef = str | Topic
@@ -162,6 +169,23 @@ def register_topic(name: str) -> Topic:
     attaching a partition locks the topic table against writes (for the partition's
     foreign key), and doing it while this transaction already holds a new topic row
     would deadlock with another process registering another topic at the same time.
+
+    Names starting with :data:`RESERVED_PREFIX` (``tasks_coord.``) are this package's own
+    topics: :class:`~django_tasks_coord.exceptions.ReservedTopicError`.
+    """
+    name = validate_topic_name(name)
+    if name.startswith(RESERVED_PREFIX):
+        raise ReservedTopicError(
+            f"Topic {name!r} starts with {RESERVED_PREFIX!r}, which is reserved for "
+            "django-tasks-coord's own topics (jobs, coordination groups); choose another name."
+        )
+    return register_internal_topic(name)
+
+
+def register_internal_topic(name: str) -> Topic:
+    """Register one of this package's own topics (``tasks_coord.jobs``, group topics...).
+
+    :func:`register_topic` without the reserved-prefix refusal; not for applications.
     """
     name = validate_topic_name(name)
     partitions.ensure_partition(name)

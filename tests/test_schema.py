@@ -5,6 +5,7 @@ from django.db import connection
 
 from django_tasks_coord import queue
 from django_tasks_coord.models import Task
+from django_tasks_coord.topics import register_internal_topic
 from tests.plans import explain
 
 pytestmark = pytest.mark.django_db
@@ -76,7 +77,7 @@ def test_due_jobs_look_up_their_unfinished_run_by_identifier():
     from django_tasks_coord.scheduling import JOBS_TOPIC, scheduler
     from django_tasks_coord.scheduling.scheduler import _run_in_flight
 
-    queue.register_topic(JOBS_TOPIC)
+    register_internal_topic(JOBS_TOPIC)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE django_tasks_coord_task")  # statistics of an empty table
     queue.push_many(JOBS_TOPIC, [(f"job-{i}", None) for i in range(2000)])

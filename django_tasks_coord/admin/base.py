@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +14,8 @@ from django.core.paginator import Paginator
 from django.db import connections, models
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
-from django.utils.html import format_html
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
@@ -42,6 +43,7 @@ def run_service[M: models.Model](
     of objects the service succeeded on.
     """
     succeeded, failures, seen = 0, [], 0
+    created: list[models.Model] = []
     for obj in objects:
         seen += 1
         if seen > MAX_ACTION_OBJECTS:
@@ -61,24 +63,77 @@ def run_service[M: models.Model](
         made = ""
         if isinstance(outcome, models.Model) and outcome.pk != obj.pk:
             made = f" as #{outcome.pk}"  # recreate, run now: the new task's number
+            created.append(outcome)
         modeladmin.log_change(request, obj, f"{done} in the admin{made}.")
         logger.info("%s %s (admin user %s).", done, obj, request.user)
     if succeeded:
-        modeladmin.message_user(
-            request,
-            _("%(done)s: %(n)d %(name)s.")
-            % {
-                "done": done,
-                "n": succeeded,
-                "name": modeladmin.opts.verbose_name
-                if succeeded == 1
-                else modeladmin.opts.verbose_name_plural,
-            },
-            messages.SUCCESS,
-        )
+        text = _("%(done)s: %(n)d %(name)s.") % {
+            "done": done,
+            "n": succeeded,
+            "name": modeladmin.opts.verbose_name
+            if succeeded == 1
+            else modeladmin.opts.verbose_name_plural,
+        }
+        modeladmin.message_user(request, _with_links(text, created), messages.SUCCESS)
     for failure in failures:
         modeladmin.message_user(request, failure, messages.ERROR)
     return succeeded
+
+
+#: New objects linked in an action's message at most (the admin log keeps every number).
+LINKED_OBJECTS = 20
+
+
+def _with_links(text: str, created: list[models.Model]) -> str:
+    """``text`` followed by links to the objects an action made (the new tasks of recreate,
+    run now), each to its admin page."""
+    if not created:
+        return text
+    links = format_html_join(
+        ", ",
+        '<a href="{}">#{}</a>',
+        (
+            (reverse(f"admin:{o._meta.app_label}_{o._meta.model_name}_change", args=[o.pk]), o.pk)
+            for o in created[:LINKED_OBJECTS]
+        ),
+    )
+    more = "" if len(created) <= LINKED_OBJECTS else " ..."
+    return format_html("{} {} {}{}", text, _("New:"), links, more)
+
+
+def when(value: datetime | None) -> str:
+    """A time for people, in the current time zone and naming it: ``2026-05-01 14:30:20 CEST``."""
+    if value is None:
+        return "-"
+    local = timezone.localtime(value)
+    return f"{local:%Y-%m-%d %H:%M:%S} {local.tzname()}"
+
+
+_ZONED: dict[tuple[type[models.Model], str], Callable[[Any], str]] = {}
+
+
+def zoned(model: type[models.Model], name: str) -> Callable[[Any], str]:
+    """An admin column (or read-only field) showing ``model``'s datetime field ``name``
+    with :func:`when`; named after the field so its CSS class stays ``field-NAME``."""
+    key = (model, name)
+    if key not in _ZONED:
+        field = model._meta.get_field(name)
+
+        def show(obj: Any) -> str:
+            return when(getattr(obj, name))
+
+        show.__name__ = name
+        label = getattr(field, "verbose_name", name)
+        _ZONED[key] = admin.display(description=label, ordering=name)(show)
+    return _ZONED[key]
+
+
+def _datetime_fields(model: type[models.Model]) -> set[str]:
+    return {
+        field.name
+        for field in model._meta.concrete_fields
+        if isinstance(field, models.DateTimeField)
+    }
 
 
 if TYPE_CHECKING:
@@ -100,6 +155,38 @@ class ServiceActionsAdmin(ModelAdmin):
 
     object_actions: tuple[str, ...] = ()
     change_form_template = "admin/django_tasks_coord/change_form.html"
+
+    # --- times with their zone: datetime fields shown through zoned() -------------------
+
+    def _zoned(self, names: Any) -> Any:
+        """``names`` (a list or fieldset fields, nested) with each read-only datetime field
+        replaced by its :func:`zoned` column."""
+        datetimes = _datetime_fields(self.model)
+        editable = set(getattr(self, "zoned_editable", ()))
+
+        def swap(name: Any) -> Any:
+            if isinstance(name, list | tuple):
+                return type(name)(swap(item) for item in name)
+            if isinstance(name, str) and name in datetimes and name not in editable:
+                return zoned(self.model, name)
+            return name
+
+        return swap(names)
+
+    def get_list_display(self, request: HttpRequest) -> Any:
+        return self._zoned(super().get_list_display(request))
+
+    def get_sortable_by(self, request: HttpRequest) -> Any:
+        return self._zoned(super().get_sortable_by(request))
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return self._zoned(super().get_readonly_fields(request, obj))
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        return [
+            (title, {**options, "fields": self._zoned(options["fields"])})
+            for title, options in super().get_fieldsets(request, obj)
+        ]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -1,4 +1,5 @@
-"""The dashboard: throughput per topic over the last hour, recent failures, leaders, live nodes.
+"""The dashboard: the backlog per topic, throughput over the last hour, recent failures,
+leaders, live nodes.
 
 It is the changelist of the :class:`~django_tasks_coord.models.Dashboard` proxy, so it
 has an entry on the admin index of any project. The charts are SVG drawn on the server
@@ -15,18 +16,19 @@ from typing import Any
 
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count
+from django.db.models import Count, Min
 from django.db.models.functions import TruncMinute
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from django_tasks_coord.admin.base import ModelAdmin, age
+from django_tasks_coord.admin.base import ModelAdmin, age, when
 from django_tasks_coord.admin.topics import task_list_url
 from django_tasks_coord.enums import TaskState
-from django_tasks_coord.models import Dashboard, Task
+from django_tasks_coord.models import Dashboard, Task, Topic
 from django_tasks_coord.operations import alive_since, holders_with_health, owners_with_health
+from django_tasks_coord.topics import RESERVED_PREFIX
 
 #: Minutes shown in the throughput charts (one bar per minute).
 WINDOW = 60
@@ -107,6 +109,80 @@ def throughput(now: datetime, window: int = WINDOW) -> list[TopicChart]:
     return sorted(charts.values(), key=lambda chart: chart.topic)
 
 
+@dataclass
+class Backlog:
+    """One topic's unfinished work: pending tasks, active ones, and the oldest pending's age.
+
+    ``active`` counts tasks claimed by a node or handed to an executor (ACTIVE, REQUESTED).
+    """
+
+    topic: str
+    paused: bool = False
+    pending: int = 0
+    active: int = 0
+    oldest_pending: timedelta | None = None
+
+    @property
+    def internal(self) -> bool:
+        """One of the package's own topics (the jobs topic, a group's leader topic)."""
+        return self.topic.startswith(RESERVED_PREFIX)
+
+    @property
+    def oldest_pending_text(self) -> str:
+        return age(self.oldest_pending) if self.oldest_pending is not None else "-"
+
+    @property
+    def pending_url(self) -> str:
+        return task_list_url(topic__name__exact=self.topic, state__exact=TaskState.PENDING.value)
+
+    @property
+    def active_url(self) -> str:
+        return task_list_url(topic__name__exact=self.topic, state__exact=TaskState.ACTIVE.value)
+
+
+def backlog(now: datetime) -> list[Backlog]:
+    """Every topic's :class:`Backlog`, by name, in three queries whatever the number of topics.
+
+    1. the topics (a small table);
+    2. one grouped query over the *unfinished* tasks only (``state < SUCCEEDED``): their
+       count per topic and state, and the first pending sequence per topic. It never
+       reads finished history, whose share of a large table is nearly all of it; on
+       PostgreSQL the partial indexes on unfinished tasks and ``(state, sequence)``
+       serve it;
+    3. the creation time of those first pending tasks, by primary key.
+    """
+    found = {
+        name: Backlog(name, paused)
+        for name, paused in Topic.objects.order_by("name").values_list("name", "paused")
+    }
+    rows = (
+        Task.objects.filter(state__lt=TaskState.SUCCEEDED)
+        .order_by()
+        .values_list("topic_id", "state")
+        .annotate(n=Count("pk"), first=Min("sequence"))
+    )
+    first_pending: dict[int, str] = {}
+    for topic, state, n, first in rows:
+        item = found.setdefault(topic, Backlog(topic))
+        if state == TaskState.PENDING:
+            item.pending += n
+            first_pending[first] = topic
+        else:
+            item.active += n
+    if first_pending:
+        created = Task.objects.filter(sequence__in=first_pending).values_list(
+            "sequence", "created_at"
+        )
+        for sequence, created_at in created:
+            found[first_pending[sequence]].oldest_pending = max(now - created_at, timedelta(0))
+    return list(found.values())
+
+
+def _with_finished_text(task: Task) -> Task:
+    task.finished_at_text = when(task.finished_at)  # type: ignore[attr-defined]
+    return task
+
+
 def _with_age_text(rows: Iterable[Any]) -> list[Any]:
     """The rows, each with ``age_text``: its heartbeat age for people ("4s")."""
     listed = list(rows)
@@ -152,16 +228,23 @@ class DashboardAdmin(ModelAdmin):
         now = timezone.now()
         hour_ago = now - timedelta(hours=1)
         failures = Task.objects.filter(state=TaskState.FAILED, finished_at__gte=hour_ago)
+        topics = backlog(now)
         context = {
             **self.admin_site.each_context(request),
             "title": _("Tasks dashboard"),
             "opts": self.opts,
             "refresh": self.refresh,
             "now": now,
+            "backlog": [item for item in topics if not item.internal],
+            "internal_backlog": [item for item in topics if item.internal],
             "charts": throughput(now),
-            "failures": list(
-                failures.select_related("owner").order_by("-finished_at")[: self.failures_shown]
-            ),
+            "now_text": when(now),
+            "failures": [
+                _with_finished_text(task)
+                for task in failures.select_related("owner").order_by("-finished_at")[
+                    : self.failures_shown
+                ]
+            ],
             "failures_count": failures.order_by()[:1000].count(),
             "failures_url": task_list_url(
                 state__exact=TaskState.FAILED.value,

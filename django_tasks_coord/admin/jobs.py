@@ -17,11 +17,11 @@ from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_POST
 
 from django_tasks_coord import scheduling
-from django_tasks_coord.admin.base import ServiceActionsAdmin, run_service
+from django_tasks_coord.admin.base import ServiceActionsAdmin, run_service, when
 from django_tasks_coord.admin.topics import task_list_url
 from django_tasks_coord.exceptions import TasksCoordError
 from django_tasks_coord.models import JobKind, PeriodicTask, Topic
-from django_tasks_coord.scheduling.runner import retry_policy
+from django_tasks_coord.scheduling.runner import import_problem, retry_policy
 from django_tasks_coord.scheduling.scheduler import jobs_paused, timing_of
 from django_tasks_coord.timers import parse
 from django_tasks_coord.timers.base import get_zone
@@ -32,8 +32,46 @@ NEXT_ELAPSES = 5
 EDITABLE = ("timer", "tz", "args", "kwargs", "priority")
 
 
+def finished(job: PeriodicTask) -> bool:
+    """Whether ``job`` will never run again: the scheduler disabled it for good (a one-time
+    job that ran, ``max_count`` runs submitted, past its ``end_time``, unscheduled by its
+    error policy)."""
+    return not job.enabled and job.finished_at is not None
+
+
+def editable(job: PeriodicTask | None) -> bool:
+    """Whether the admin may edit ``job``: a periodic job scheduled at run time, not finished.
+
+    Jobs declared in code are read-only (an edit or a delete would come back at the next
+    node start); so are recurring and one-time jobs (their options are not a timer).
+    """
+    return (
+        job is not None and job.kind == JobKind.PERIODIC and not job.declared and not finished(job)
+    )
+
+
+def status(job: PeriodicTask) -> str:
+    """The job's state in words: Finished, Disabled, Paused (and why) or Scheduled."""
+    if finished(job):
+        return str(_("Finished: it will not run again"))
+    if not job.enabled:
+        if job.declared:
+            return str(_("Disabled: no longer declared in code"))
+        return str(_("Disabled"))
+    if job.paused:
+        if import_problem(job.task) is not None:
+            return str(_("Paused: its callable does not import"))
+        return str(_("Paused"))
+    return str(_("Scheduled"))
+
+
 def next_elapses(job: PeriodicTask, now: datetime, count: int = NEXT_ELAPSES) -> list[datetime]:
-    """The next ``count`` times ``job``'s timer elapses after ``now``, within its start and end."""
+    """The next ``count`` times ``job``'s timer elapses after ``now``, within its start and end
+    and its remaining runs (``max_count``); none once it is finished."""
+    if finished(job):
+        return []
+    if job.max_count > 0:
+        count = max(min(count, job.max_count - job.run_count), 0)
     timer = timing_of(job).timer
     at = now
     if job.start_time is not None and job.start_time > at:
@@ -132,8 +170,7 @@ class PeriodicTaskAdmin(ServiceActionsAdmin):
         "id",
         "kind",
         "timer",
-        "enabled",
-        "paused",
+        "status",
         "nextrun",
         "last_slot",
         "last_outcome",
@@ -151,8 +188,8 @@ class PeriodicTaskAdmin(ServiceActionsAdmin):
             {
                 "fields": (
                     ("timer", "tz"),
+                    "status",  # enabled and paused, in words
                     "upcoming",
-                    ("enabled", "paused"),
                     ("nextrun", "start_time", "end_time"),
                     ("max_count", "run_count"),
                 )
@@ -185,18 +222,28 @@ class PeriodicTaskAdmin(ServiceActionsAdmin):
     )
 
     def has_change_permission(self, request: HttpRequest, obj: PeriodicTask | None = None) -> bool:
+        """``change_periodictask``, and only for a job that can be edited (:func:`editable`):
+        a declared or finished job has no Save button."""
+        if obj is not None and not editable(obj):
+            return False
         return admin.ModelAdmin.has_change_permission(self, request, obj)
 
     def has_delete_permission(self, request: HttpRequest, obj: PeriodicTask | None = None) -> bool:
+        """``delete_periodictask``, never for a job declared in code: the next node start
+        would declare it again (remove it from the code instead)."""
+        if obj is not None and obj.declared:
+            return False
         return admin.ModelAdmin.has_delete_permission(self, request, obj)
 
-    def get_readonly_fields(
-        self, request: HttpRequest, obj: PeriodicTask | None = None
-    ) -> list[str]:
-        every = [f.name for f in PeriodicTask._meta.concrete_fields] + ["upcoming", "runs"]
-        if obj is not None and obj.kind == JobKind.PERIODIC and not obj.declared:
-            return [name for name in every if name not in EDITABLE]
-        return every
+    def get_readonly_fields(self, request: HttpRequest, obj: PeriodicTask | None = None) -> Any:
+        every = [f.name for f in PeriodicTask._meta.concrete_fields] + [
+            "status",
+            "upcoming",
+            "runs",
+        ]
+        if editable(obj):
+            every = [name for name in every if name not in EDITABLE]
+        return self._zoned(every)
 
     def save_model(self, request: HttpRequest, obj: PeriodicTask, form: Any, change: bool) -> None:
         """Schedule the job again with its new timer (``nextrun`` recomputed, nodes told)."""
@@ -211,19 +258,34 @@ class PeriodicTaskAdmin(ServiceActionsAdmin):
         for job_id in queryset.values_list("id", flat=True):
             scheduling.unschedule(job_id)
 
+    @admin.display(description=_("status"))
+    def status(self, obj: PeriodicTask) -> str:
+        return status(obj)
+
     @admin.display(description=_("next elapses"))
     def upcoming(self, obj: PeriodicTask) -> Any:
         try:
             elapses = next_elapses(obj, timezone.now())
         except (TasksCoordError, ValueError) as exc:
             return format_html('<span class="tc-bad">{}</span>', exc)
+        if finished(obj):
+            return format_html(
+                '<span class="tc-finished">{}</span>',
+                _("This job has finished (%(when)s): it will not run again.")
+                % {"when": when(obj.finished_at)},
+            )
         if not elapses:
             return _("none")
         zone = get_zone(obj.tz or None)
         return format_html(
             '<ol class="tc-elapses">{}</ol>',
             format_html_join(
-                "", "<li>{}</li>", ((at.astimezone(zone).isoformat(" "),) for at in elapses)
+                "",
+                "<li>{} {}</li>",
+                (
+                    (at.astimezone(zone).isoformat(" "), at.astimezone(zone).tzname())
+                    for at in elapses
+                ),
             ),
         )
 
@@ -246,6 +308,8 @@ class PeriodicTaskAdmin(ServiceActionsAdmin):
     def object_action_fits(self, obj: PeriodicTask, name: str) -> bool:
         if name == "run_now":
             return True
+        if finished(obj):
+            return False  # nothing left to pause or resume
         return obj.paused == (name == "resume")
 
     @admin.action(description=_("Pause"), permissions=["pause"])
@@ -316,4 +380,12 @@ class PeriodicTaskAdmin(ServiceActionsAdmin):
         return super().changelist_view(request, extra)
 
 
-__all__ = ["PeriodicJobForm", "PeriodicTaskAdmin", "next_elapses", "schedule_options"]
+__all__ = [
+    "PeriodicJobForm",
+    "PeriodicTaskAdmin",
+    "editable",
+    "finished",
+    "next_elapses",
+    "schedule_options",
+    "status",
+]

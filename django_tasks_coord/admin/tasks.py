@@ -9,7 +9,9 @@ from django.contrib import admin
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
+from django.utils.dateparse import parse_datetime
 from django.utils.html import format_html, format_html_join
+from django.utils.text import Truncator
 from django.utils.translation import gettext_lazy as _
 
 from django_tasks_coord import queue
@@ -18,6 +20,7 @@ from django_tasks_coord.admin.base import (
     InputFilter,
     ServiceActionsAdmin,
     run_service,
+    when,
 )
 from django_tasks_coord.admin.definitions import DefinitionFilter
 from django_tasks_coord.models import Task
@@ -60,6 +63,27 @@ def _pretty_json(value: Any) -> Any:
     )
 
 
+#: Characters of a task's message shown in the list (the whole message is in its tooltip).
+MESSAGE_CHARS = 60
+
+
+def _logged_time(value: object) -> str:
+    """An attempt log's ISO time, shown with :func:`when`."""
+    parsed = parse_datetime(value) if isinstance(value, str) else None
+    return when(parsed) if parsed is not None else "-"
+
+
+def _logged_error(entry: dict[str, Any]) -> str:
+    """An attempt's error in one line: the exception class and message, or the message."""
+    path = entry.get("exception_class_path")
+    error = entry.get("error") or entry.get("message")
+    if error is None and entry.get("traceback"):
+        error = str(entry["traceback"]).strip().splitlines()[-1]
+    if path and error:
+        return f"{str(path).rpartition('.')[2]}: {error}"
+    return str(error or path or "")
+
+
 def _pre(value: str | None) -> Any:
     return "-" if value is None else format_html('<pre class="tc-pre">{}</pre>', value)
 
@@ -68,17 +92,16 @@ def _pre(value: str | None) -> Any:
 class TaskAdmin(ServiceActionsAdmin):
     """Every task of every topic; reset, recreate and cancel go through the queue's API."""
 
+    # Narrow enough for 1280 px with Django's navigation and the filters, without scrolling
+    # sideways (docs/admin.md): the label, attempts, node, creation time and recreated flag
+    # are on the detail page and in the filters.
     list_display = (
         "sequence",
         "topic_name",
         "identifier",
-        "label",
         "state",
-        "attempts",
-        "owner",
-        "created_at",
+        "message_short",
         "finished_at",
-        "recreated",
     )
     list_display_links = ("sequence", "identifier")
     list_select_related = ("owner",)
@@ -205,9 +228,47 @@ class TaskAdmin(ServiceActionsAdmin):
     def error_detail_json(self, obj: Task) -> Any:
         return _pretty_json(obj.error_detail)
 
+    @admin.display(description=_("message"))
+    def message_short(self, obj: Task) -> Any:
+        """The message, cut to :data:`MESSAGE_CHARS` (the whole of it in the tooltip)."""
+        if not obj.message:
+            return ""
+        return format_html(
+            '<span title="{}">{}</span>', obj.message, Truncator(obj.message).chars(MESSAGE_CHARS)
+        )
+
     @admin.display(description=_("attempt log"))
     def attempt_log_json(self, obj: Task) -> Any:
-        return _pretty_json(obj.attempt_log)
+        """Each attempt: its node, start and end, outcome and error (consumers and ``@task``)."""
+        entries = [entry for entry in obj.attempt_log or [] if isinstance(entry, dict)]
+        if not entries:
+            return "-"
+        rows = (
+            (
+                entry.get("attempt", "?"),
+                entry.get("worker_id") or "-",
+                _logged_time(entry.get("started_at")),
+                _logged_time(entry.get("finished_at")),
+                entry.get("outcome", "-"),
+                _logged_error(entry),
+            )
+            for entry in entries
+        )
+        return format_html(
+            '<table class="tc-attempts"><thead><tr><th>{}</th><th>{}</th><th>{}</th><th>{}</th>'
+            "<th>{}</th><th>{}</th></tr></thead><tbody>{}</tbody></table>",
+            _("attempt"),
+            _("node"),
+            _("started"),
+            _("finished"),
+            _("outcome"),
+            _("error"),
+            format_html_join(
+                "",
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                rows,
+            ),
+        )
 
     @admin.display(description=_("original"))
     def original_link(self, obj: Task) -> Any:

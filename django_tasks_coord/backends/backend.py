@@ -18,7 +18,7 @@ from django.core import checks
 from django.db import DEFAULT_DB_ALIAS, transaction
 from django.utils import timezone
 
-from django_tasks_coord import queue
+from django_tasks_coord import queue, topics
 from django_tasks_coord.backends.compat import (
     BaseTaskBackend,
     InvalidTask,
@@ -39,7 +39,7 @@ from django_tasks_coord.retry import DEFAULT_RETRY, RetryPolicy
 from django_tasks_coord.topics import registering
 
 #: Topic names this app uses for itself; no Django queue may take them.
-RESERVED_PREFIX = "tasks_coord."
+RESERVED_PREFIX = topics.RESERVED_PREFIX
 
 #: ``OPTIONS`` keys and their defaults (see docs/django-tasks.md).
 OPTION_DEFAULTS: dict[str, Any] = {

@@ -177,6 +177,8 @@ def execute(row: TaskRow) -> Decision:
 class DjangoTaskType(TaskType):
     """Runs Django tasks with the retry policy each one was enqueued with."""
 
+    keeps_attempt_log = True  # execute() writes it
+
     def _policy(self, task: TaskRow) -> RetryPolicy:
         data = _payload(task).get("retry")
         try:

@@ -30,10 +30,12 @@ from django.db.models import Exists, Min
 from django.utils import timezone
 
 from django_tasks_coord import coordination, db, executions, owners, queue, signals, topics
+from django_tasks_coord.attempts import record as record_attempt
 from django_tasks_coord.enums import Decision, Result, TaskState, WaitingPolicy
 from django_tasks_coord.exceptions import DuplicateOwnerError, OwnerExpiredError, TasksCoordError
 from django_tasks_coord.handlers import HandlerNotFoundError, Registry, TaskType, registry
 from django_tasks_coord.models import Owner, Task, TokenHolder, Topic
+from django_tasks_coord.node import startup
 from django_tasks_coord.node.backoff import IdleBackoff
 from django_tasks_coord.node.claims import Claims
 from django_tasks_coord.node.completer import Completer
@@ -116,6 +118,7 @@ class Node:
         registered = self._claims.now()
         self.owner = owners.register_owner(self.config.node_id)
         self._claims.registered(self.owner, registered)
+        startup.prepare(self.config, self.handlers)  # consumer topics; loud warnings
         # Where the database has no NOTIFY, this process's own commits still wake this node.
         db.add_local_listener(self.wake)
         logger.info(
@@ -140,7 +143,7 @@ class Node:
     def _join_group(self, group: str) -> None:
         from django_tasks_coord.scheduling.runner import group_topic, job_task_type
 
-        topics.register_topic(group_topic(group))
+        topics.register_internal_topic(group_topic(group))
         self.handlers.add(group_topic(group), job_task_type)
         self._lead(group)
 
@@ -463,6 +466,7 @@ class Node:
         ``final`` failures (no handler, attempts used up by dead nodes) are never retried.
         """
         assert self._completer is not None
+        record_attempt(task_type, task, decision, self.node_id)  # consumers' attempt log
         retry_at = None
         if not final and task_type is not None and decision.result is Result.FAILURE:
             retry_at = task_type.retry_at(task, decision, timezone.now())

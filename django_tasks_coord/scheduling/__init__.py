@@ -219,7 +219,7 @@ def save_job(job: JobRef, kind: JobKind, timer: Timer, **options: Any) -> str:
     fields["nextrun"] = row.nextrun
     using = db.alias()
     with db.write_transaction():
-        topics.register_topic(group_topic(row.group) if row.leader_only else JOBS_TOPIC)
+        topics.register_internal_topic(group_topic(row.group) if row.leader_only else JOBS_TOPIC)
         if new:
             row.save(using=using, force_insert=True)
         else:
@@ -323,13 +323,13 @@ def resume(job_id: str) -> None:
 
 def pause_all() -> None:
     """Stop firing every job, and stop running job runs, until :func:`resume_all`."""
-    topics.register_topic(JOBS_TOPIC)
+    topics.register_internal_topic(JOBS_TOPIC)
     topics.pause_topic(JOBS_TOPIC)
 
 
 def resume_all() -> None:
     """Undo :func:`pause_all`; missed slots follow each job's missed-slot policy."""
-    topics.register_topic(JOBS_TOPIC)
+    topics.register_internal_topic(JOBS_TOPIC)
     topics.resume_topic(JOBS_TOPIC)
     db.notify(db.connection(), SCHEDULE_CHANGED)
 
@@ -354,7 +354,7 @@ def run_now(job_id: str, *, requester: str = "") -> Task:
         label="run now",
     )
     with db.write_transaction():
-        topics.register_topic(topic)
+        topics.register_internal_topic(topic)
         created = Task.objects.using(db.alias()).insert([run])[0]
         db.notify(db.connection(), topic)
     return created

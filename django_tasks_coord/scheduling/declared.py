@@ -9,16 +9,19 @@ deleted with their history.
 
 from __future__ import annotations
 
+import linecache
 import logging
+import re
+import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.utils.module_loading import autodiscover_modules, import_string
 
 from django_tasks_coord import db
-from django_tasks_coord.exceptions import JobDefinitionError
+from django_tasks_coord.exceptions import InvalidArgumentError, JobDefinitionError, TimerError
 from django_tasks_coord.models import JobKind, PeriodicTask
 from django_tasks_coord.timers import Timer, parse
 
@@ -48,12 +51,26 @@ def job(
     now: a bad timer fails at import with the parser's message); ``name`` is the job
     id (default: the function's dotted path); the other options are those of
     ``scheduling.schedule_periodic``. Declaring the same name twice is an error.
+
+    A timer that does not parse raises :class:`~django_tasks_coord.exceptions.TimerError`
+    naming the job and where it is declared (``file:line``), which ``manage.py check``
+    reports as ``tasks_coord.E004``.
     """
-    parsed = parse(timer, tz=tz)
+    try:
+        parsed = parse(timer, tz=tz)
+    except TimerError as exc:
+        raise TimerError(f"{_declaration_site(name)}: {exc}") from exc
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        from django_tasks_coord.scheduling import job_fields
+
         path = f"{func.__module__}.{func.__qualname__}"
         declaration = Declaration(name or path, path, parsed, options)
+        try:  # the options now, not at the node's start-up (sync_declared); the callable
+            # itself is checked later (E002): a stand-in validates the options alone
+            job_fields(forget, JobKind.PERIODIC, parsed, job_id=declaration.name, **options)
+        except (InvalidArgumentError, TypeError) as exc:
+            raise JobDefinitionError(f"{_declaration_site(declaration.name)}: {exc}") from exc
         with _lock:
             known = _declarations.get(declaration.name)
             if known is not None and known.path != path:
@@ -64,6 +81,33 @@ def job(
         return func
 
     return decorate
+
+
+_DEF = re.compile(r"\s*(?:async\s+)?def\s+(\w+)")
+
+
+def _declaration_site(name: str | None) -> str:
+    """``Job 'NAME' (FILE:LINE)`` for the ``@job(...)`` being evaluated by the caller.
+
+    The declaring frame is the first one outside this package (``@task(timer=...)``
+    declares through it). Without ``name``, the job is named after the function defined
+    below the decorator, as its default name (the dotted path) will be.
+    """
+    frame = sys._getframe(1)
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith(
+        "django_tasks_coord."
+    ):
+        frame = frame.f_back
+    filename, line = frame.f_code.co_filename, frame.f_lineno
+    if name is None:
+        module = frame.f_globals.get("__name__", "?")
+        name = f"{module}.?"
+        for following in range(line, line + 20):
+            match = _DEF.match(linecache.getline(filename, following))
+            if match:
+                name = f"{module}.{match.group(1)}"
+                break
+    return f"Job {name!r} ({filename}:{line})"
 
 
 def declarations() -> dict[str, Declaration]:
@@ -78,15 +122,28 @@ def forget(name: str) -> None:
         _declarations.pop(name, None)
 
 
-def problems() -> list[tuple[str, str]]:
-    """``(job name, message)`` for each declaration whose callable does not import as declared."""
+def problems(skip_modules: Collection[str] = ()) -> list[tuple[str, str]]:
+    """``(job name, message)`` for each declaration whose callable does not import as declared.
+
+    Never raises: a module that fails at import with another error (a timer typo next to
+    this job) is a problem of this job too, unless the module is in ``skip_modules``
+    (already reported by the caller).
+    """
     found = []
     for declaration in declarations().values():
+        if any(declaration.path.startswith(f"{module}.") for module in skip_modules):
+            continue
         try:
             importable = import_string(declaration.path)
-        except ImportError as exc:
+        except Exception as exc:  # noqa: BLE001 - reported as the job's problem, never raised
             found.append(
-                (declaration.name, f"its callable {declaration.path} cannot be imported: {exc}")
+                (
+                    declaration.name,
+                    f"its callable {declaration.path} cannot be imported: "
+                    + (
+                        str(exc) if isinstance(exc, ImportError) else f"{type(exc).__name__}: {exc}"
+                    ),
+                )
             )
             continue
         if not callable(importable):

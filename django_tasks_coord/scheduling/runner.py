@@ -21,7 +21,7 @@ from django.utils.module_loading import import_string
 
 from django_tasks_coord import coordination, db, signals
 from django_tasks_coord.enums import Decision, ErrorPolicy, Result, TaskState
-from django_tasks_coord.exceptions import FencedError, InvalidArgumentError
+from django_tasks_coord.exceptions import FencedError, InvalidArgumentError, JobImportError
 from django_tasks_coord.handlers import TaskType, registry
 from django_tasks_coord.models import Owner, PeriodicTask, Task
 from django_tasks_coord.retry import DEFAULT_RETRY, RetryPolicy
@@ -134,10 +134,28 @@ def _callable(path: str) -> Any:
     return import_string(path)
 
 
+def import_problem(path: str) -> str | None:
+    """Why the job callable ``path`` cannot run in this process, or None if it can."""
+    try:
+        func = _callable(path)
+    except ImportError as exc:
+        return f"its callable {path} cannot be imported: {exc}"
+    return None if callable(func) else f"{path} is not callable"
+
+
 def execute_job(task: Task) -> Decision | Result | None:
-    """Call the job of run ``task`` with a :class:`JobContext` and the stored arguments."""
+    """Call the job of run ``task`` with a :class:`JobContext` and the stored arguments.
+
+    A callable that does not import raises :class:`JobImportError`: the run fails without
+    a retry, and :meth:`JobTaskType.on_outcome` pauses the job.
+    """
     payload = task.payload or {}
-    func = _callable(payload["task"])
+    try:
+        func = _callable(payload["task"])
+    except ImportError as exc:
+        raise JobImportError(
+            f"Job {task.identifier!r}: its callable {payload['task']} cannot be imported: {exc}"
+        ) from exc
     context = JobContext(
         job_id=task.identifier,
         slot=task.slot,
@@ -167,7 +185,10 @@ class JobTaskType(TaskType):
         return retry_policy(job.retry if job else None).max_attempts
 
     def retry_at(self, task: Task, decision: Decision, now: datetime) -> datetime | None:
-        """Retry with the job's policy, but never into the job's next slot."""
+        """Retry with the job's policy, but never into the job's next slot; never a callable
+        that does not import (the job is paused instead)."""
+        if isinstance(decision.exception, JobImportError):
+            return None
         job = self._job(task)
         policy = retry_policy(job.retry if job else None)
         if not policy.can_retry(task.attempts):
@@ -209,7 +230,17 @@ class JobTaskType(TaskType):
             "consecutive_failures": F("consecutive_failures") + 1 if failed else 0,
         }
         policy = ErrorPolicy.coerce(job.error_policy, "error_policy")
-        if failed and policy.logs:
+        if isinstance(decision.exception, JobImportError):
+            # Every later slot would fail the same way: pause until the code is deployed.
+            logger.error(
+                "Job %s paused: %s. Deploy the code it names, then resume the job "
+                "(scheduling.resume or Resume in the admin).",
+                job.id,
+                decision.exception,
+                extra={"job_id": job.id, "slot": task.slot, "attempt": task.attempts},
+            )
+            changes.update(paused=True)
+        elif failed and policy.logs:
             logger.error(
                 "Job %s failed (slot %s, attempt %s): %s\n%s",
                 job.id,
@@ -219,7 +250,7 @@ class JobTaskType(TaskType):
                 task.error or "",
                 extra={"job_id": job.id, "slot": task.slot, "attempt": task.attempts},
             )
-        if failed and policy.terminates:
+        if failed and policy.terminates and "paused" not in changes:
             logger.warning("Job %s unscheduled by its error policy %s.", job.id, policy.name)
             changes.update(enabled=False, nextrun=None, finished_at=now)
         elif job.fixed_delay and job.enabled:
@@ -266,5 +297,6 @@ __all__ = [
     "execute_job",
     "group_of",
     "group_topic",
+    "import_problem",
     "run_payload",
 ]

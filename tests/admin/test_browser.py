@@ -1,6 +1,7 @@
 """The admin in a real browser: headless Chromium (Debian's package) driven by Playwright.
 
-Log in, pause a topic, revive a failed task, run a job now, see the dashboard chart.
+Log in, pause a topic, revive a failed task, run a job now, see the dashboard chart and
+backlog; the task list fits 1280 px; a finished job says so; a declared job is read-only.
 Screenshots go to a temporary directory, or to docs/images/ (used by docs/admin.md) when
 ``UPDATE_SCREENSHOTS=1``. Skipped, with the reason shown, where no Chromium is installed.
 """
@@ -20,7 +21,7 @@ from django.utils import timezone
 
 from django_tasks_coord import coordination, queue, scheduling
 from django_tasks_coord.enums import Decision, TaskState
-from django_tasks_coord.models import Task, Topic
+from django_tasks_coord.models import PeriodicTask, Task, Topic
 from django_tasks_coord.scheduling import JOBS_TOPIC
 from tests.factories import OwnerFactory, TaskFactory, TopicFactory
 
@@ -95,6 +96,29 @@ def operations(transactional_db) -> dict[str, object]:
     job = scheduling.schedule_periodic(
         "tests.testapp.job_functions.noop", "Mon..Fri 09:00", job_id="daily-report", tz="UTC"
     )
+    # What makes a task list wide: long identifiers, node ids and messages.
+    busy = OwnerFactory(name="web-7f9c4d-worker.eu-west-1.compute.internal:48213:9f3a1c2b")
+    for n in range(3):
+        TaskFactory(
+            topic=reports,
+            identifier=f"report/2026-05/customer-{n:08d}/quarterly-revenue-by-region-and-product",
+            state=TaskState.ACTIVE,
+            owner=busy,
+            exec_id=f"00000000-0000-0000-0000-00000000000{n}",
+            attempts=1,
+            started_at=now,
+        )
+    TaskFactory(
+        topic=reports,
+        identifier="report/2026-05/customer-00000042/quarterly-revenue-by-region-and-product",
+        state=TaskState.FAILED,
+        finished_at=now,
+        message="Renderer crashed: the template 'quarterly.html' references a missing column "
+        "'revenue_eur' (report schema v12); regenerate the schema or pin v11.",
+    )
+    for minutes in (95, 40, 3):  # pending reports of several ages: the oldest is 95 minutes old
+        aged = TaskFactory(topic=reports)
+        Task.objects.filter(pk=aged.pk).update(created_at=now - timedelta(minutes=minutes))
     return {"failed": failed, "job": job}
 
 
@@ -136,6 +160,8 @@ def test_revive_a_failed_task(page, operations, shots):
     page.wait_for_selector("text=Recreated: 1 task.")
     copy = Task.objects.get(original=failed)
     assert (copy.state, copy.recreated) == (TaskState.PENDING, True)
+    page.click(f".messagelist a:has-text('#{copy.pk}')")  # the message links the new task
+    page.wait_for_url(f"**/task/{copy.pk}/change/")
 
 
 def test_run_a_job_now(page, operations, shots):
@@ -161,3 +187,85 @@ def test_see_the_dashboard_chart(page, operations, shots):
     assert page.locator("#tc-nodes", has_text="node-b").count() == 1
     assert page.locator('meta[http-equiv="refresh"]').count() == 1
     page.screenshot(path=str(shots / "admin-dashboard.png"), full_page=True)
+
+
+def test_the_task_list_fits_1280_pixels(page, operations, shots):
+    log_in(page)
+    page.goto("/admin/django_tasks_coord/task/")
+    page.wait_for_selector("#result_list")
+    assert page.viewport_size["width"] == 1280
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 1280, f"the page is {width}px wide: it scrolls sideways"
+    # Django's .results box scrolls sideways when the table is wider than it: it must not.
+    scroll, client = page.evaluate(
+        "(() => { const r = document.querySelector('#changelist .results');"
+        " return [r.scrollWidth, r.clientWidth]; })()"
+    )
+    assert scroll <= client, f"the task table is {scroll}px wide in a {client}px box"
+    box = page.locator("#changelist .results").bounding_box()
+    for column in ("state", "message_short"):
+        header = page.locator(f"#result_list th.column-{column}").bounding_box()
+        assert header is not None and header["x"] >= box["x"]
+        assert header["x"] + header["width"] <= box["x"] + box["width"], f"{column} is cut off"
+    row = page.locator("#result_list tr", has_text="customer-00000042")
+    assert row.locator("td.field-state").inner_text() == "failed"
+    assert row.locator("td.field-message_short").inner_text().startswith("Renderer crashed")
+    assert row.locator("td.field-message_short").bounding_box()["x"] < 1280
+    page.screenshot(path=str(shots / "admin-tasks.png"))
+
+
+def test_the_dashboard_backlog_matches_the_database(page, operations, shots):
+    log_in(page)
+    page.goto("/admin/django_tasks_coord/dashboard/")
+    page.wait_for_selector("#tc-backlog")
+    rows = page.locator("#tc-backlog tbody tr")
+    shown = {
+        rows.nth(i).get_attribute("data-topic"): (
+            int(rows.nth(i).locator("td.tc-pending").inner_text()),
+            int(rows.nth(i).locator("td.tc-active").inner_text()),
+            rows.nth(i).locator("td.tc-oldest").inner_text(),
+        )
+        for i in range(rows.count())
+    }
+    expected = {}
+    for topic in Topic.objects.exclude(name__startswith="tasks_coord.").order_by("name"):
+        tasks = Task.objects.filter(topic=topic)
+        expected[topic.name] = (
+            tasks.filter(state=TaskState.PENDING).count(),
+            tasks.filter(state__in=[TaskState.ACTIVE, TaskState.REQUESTED]).count(),
+        )
+    assert {topic: numbers[:2] for topic, numbers in shown.items()} == expected
+    assert shown["reports"][:2] == (3, 3) and shown["reports"][2].startswith("1h 3")
+    assert JOBS_TOPIC not in shown
+    page.screenshot(path=str(shots / "admin-dashboard.png"), full_page=True)
+
+
+def test_a_finished_job_shows_that_it_is_finished(page, operations, shots):
+    scheduling.schedule_recurring(
+        "tests.testapp.job_functions.noop", 3600, job_id="three-reminders", max_count=3
+    )
+    PeriodicTask.objects.filter(pk="three-reminders").update(
+        run_count=3, enabled=False, finished_at=timezone.now(), nextrun=None
+    )
+    log_in(page)
+    page.goto("/admin/django_tasks_coord/periodictask/three-reminders/change/")
+    page.wait_for_selector("text=it will not run again.")
+    assert page.locator("ol.tc-elapses").count() == 0
+    assert page.locator("button[data-action=pause]").count() == 0
+    assert page.locator("button[data-action=resume]").count() == 0
+    assert page.locator("text=Finished: it will not run again").count() >= 1
+    page.screenshot(path=str(shots / "admin-job-finished.png"), full_page=True)
+
+
+def test_a_declared_job_has_no_save_or_delete(page, operations, shots):
+    scheduling.schedule_periodic(
+        "tests.testapp.job_functions.noop", "*-*-* 02:00", job_id="nightly-cleanup", declared=True
+    )
+    log_in(page)
+    page.goto("/admin/django_tasks_coord/periodictask/nightly-cleanup/change/")
+    page.wait_for_selector("ol.tc-elapses")
+    assert page.locator("input[name=_save]").count() == 0
+    assert page.locator("input[name=_continue]").count() == 0
+    assert page.locator("a.deletelink").count() == 0
+    assert page.locator("input[name=timer]").count() == 0  # read-only
+    page.screenshot(path=str(shots / "admin-job-declared.png"), full_page=True)

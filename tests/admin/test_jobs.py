@@ -77,7 +77,7 @@ def test_changelist_and_filters(admin_client, job):
 
 def test_detail_shows_the_next_five_elapses(admin_client, job):
     html = admin_client.get(change_url(job)).content.decode()
-    assert html.count("09:00:00+00:00</li>") == 5
+    assert html.count("09:00:00+00:00 UTC</li>") == 5
     assert 'data-action="pause"' in html and 'data-action="run_now"' in html
     assert 'data-action="resume"' not in html
 
@@ -166,7 +166,7 @@ def test_viewer_sees_jobs_but_not_the_actions(viewer_client, job):
     assert response.status_code == 200 and response.context["action_form"] is None
     assert 'data-action="pause_all"' not in response.content.decode()
     html = viewer_client.get(change_url(job)).content.decode()
-    assert "09:00:00+00:00</li>" in html and "data-action=" not in html
+    assert "09:00:00+00:00 UTC</li>" in html and "data-action=" not in html
     assert 'name="timer"' not in html  # no change permission: read-only
     for name in ("pause", "run_now"):
         assert viewer_client.post(action_url(job, name)).status_code == 403

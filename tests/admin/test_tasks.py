@@ -129,7 +129,7 @@ def test_detail_shows_payload_error_attempts_and_timestamps(admin_client):
     assert "&quot;sent&quot;: 0" in html  # the result
     assert "RuntimeError: smtp down" in html and "Traceback" in html
     assert "could not send" in html
-    assert "&quot;outcome&quot;: &quot;failed&quot;" in html  # the attempt log
+    assert 'class="tc-attempts"' in html and "<td>failed</td>" in html  # the attempt log
     for label in ("Attempts", "Created at", "Started at", "Finished at", "Execute at"):
         assert label in html
     assert 'data-action="reset"' in html and 'data-action="recreate"' in html

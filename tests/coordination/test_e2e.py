@@ -10,9 +10,10 @@ import pytest
 from django.db import connection
 from django.db.models import Count
 
-from django_tasks_coord import coordination, queue, scheduling
+from django_tasks_coord import coordination, scheduling
 from django_tasks_coord.models import HealthCheck, Owner, TokenHolder
 from django_tasks_coord.scheduling import JOBS_TOPIC
+from django_tasks_coord.topics import register_internal_topic
 from tests.processes import reap, runscheduler, wait_for
 from tests.testapp.models import Run
 
@@ -32,7 +33,7 @@ multi_node = pytest.mark.skipif(connection.vendor == "sqlite", reason="SQLite ru
 
 
 def start_group(n: int) -> dict[str, object]:
-    queue.register_topic(JOBS_TOPIC)
+    register_internal_topic(JOBS_TOPIC)
     nodes = {
         f"n{i}": runscheduler("--group", "g", "--node-id", f"n{i}", settings=SETTINGS)
         for i in range(n)

@@ -20,6 +20,7 @@ from django_tasks_coord.enums import Result, TaskState
 from django_tasks_coord.models import PeriodicTask, Task, TokenHolder
 from django_tasks_coord.node.leadership import Leadership
 from django_tasks_coord.scheduling import JOBS_TOPIC, scheduler
+from django_tasks_coord.topics import register_internal_topic
 from tests.node.conftest import run
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -113,7 +114,7 @@ def test_a_failing_receiver_is_logged_and_the_node_goes_on(make_node, work_topic
 
 
 def test_job_signals(make_node, received):
-    queue.register_topic(JOBS_TOPIC)
+    register_internal_topic(JOBS_TOPIC)
     at = timezone.now() - timedelta(seconds=1)
     job_id = scheduling.schedule_one_time("tests.testapp.job_functions.noop", at, job_id="once")
     (run_task,) = scheduler.submit_due("node-a")

@@ -26,6 +26,7 @@ from django_tasks_coord import queue, scheduling
 from django_tasks_coord.enums import COMPLETED_MIN, Condition, Insertion, TaskState
 from django_tasks_coord.models import UNFINISHED_IDENTIFIER, PeriodicTask, Task
 from django_tasks_coord.scheduling import JOBS_TOPIC, scheduler
+from django_tasks_coord.topics import register_internal_topic
 
 pytestmark = pytest.mark.django_db
 
@@ -188,7 +189,7 @@ def test_a_poll_condition_finds_earlier_unfinished_tasks_by_the_index(topic: Any
 @mysql_only
 @analyzes
 def test_the_no_overlap_check_finds_a_jobs_run_by_the_index() -> None:
-    queue.register_topic(JOBS_TOPIC)
+    register_internal_topic(JOBS_TOPIC)
     for i in range(IDENTIFIERS):
         scheduling.schedule_recurring("tests.testapp.job_functions.record", 60, job_id=f"id-{i}")
     build_history(JOBS_TOPIC)

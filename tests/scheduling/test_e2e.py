@@ -11,10 +11,11 @@ from django.db import connection
 from django.db.models import Count
 from django.utils import timezone
 
-from django_tasks_coord import queue, scheduling
+from django_tasks_coord import scheduling
 from django_tasks_coord.enums import TaskState
 from django_tasks_coord.models import Owner, PeriodicTask, Task
 from django_tasks_coord.scheduling import JOBS_TOPIC
+from django_tasks_coord.topics import register_internal_topic
 from tests.processes import reap, runscheduler, wait_for
 from tests.testapp.models import Run
 
@@ -31,7 +32,7 @@ NODES = 1 if connection.vendor == "sqlite" else 3
 
 
 def start_nodes(n: int = NODES):
-    queue.register_topic(JOBS_TOPIC)
+    register_internal_topic(JOBS_TOPIC)
     nodes = [runscheduler("--topic", JOBS_TOPIC, "--workers", "4", settings=FAST) for _ in range(n)]
     wait_for(lambda: Owner.objects.count() == n, timeout=60)
     return nodes
@@ -141,7 +142,7 @@ def test_a_job_slower_than_its_interval_never_overlaps():
 
 def test_every_node_killed_for_several_slots_then_restarted():
     settings = {**FAST, "LIVENESS_INTERVAL": 2.0}
-    queue.register_topic(JOBS_TOPIC)
+    register_internal_topic(JOBS_TOPIC)
     start = (timezone.now() + timedelta(seconds=1)).replace(microsecond=0)
     job_id = scheduling.schedule_recurring(
         RECORD, 1, start_time=start, job_id="outage", waiting_time=0.5, catch_up="skip"
