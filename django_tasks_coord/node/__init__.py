@@ -181,6 +181,12 @@ class Node:
         """True once a stop was requested (or the node must stop)."""
         return self._stopping.is_set()
 
+    def wait_unless_forced(self, seconds: float) -> bool:
+        """Wait ``seconds`` (a write backing off while the database is unreachable). True,
+        at once, if the node must stop now (declared dead, or a second stop request): a
+        write it gives up is then left to expire."""
+        return self._force.wait(seconds)
+
     def forget_topic(self, topic: str) -> None:
         """Stop claiming ``topic`` at once (this node just paused it) and release its
         buffered tasks."""
@@ -210,18 +216,16 @@ class Node:
     # --- dispatching --------------------------------------------------------------------
 
     def _dispatch_loop(self) -> None:
+        reconnect = db.Reconnect("Claiming")
         while not self._stopping.is_set():
             self._wakeup.clear()
             try:
                 self._refresh_topics()
                 claimed = self._claim_round()
-            except DatabaseError as exc:
-                logger.warning(
-                    "Claiming failed (%s); retrying in %ss.", exc, self.config.poll_interval
-                )
-                connections[db.alias()].close()
-                self._stopping.wait(self.config.poll_interval)
+            except DatabaseError as exc:  # a lost connection, a deadlock: reconnect, go on
+                self._stopping.wait(reconnect.failed(exc))
                 continue
+            reconnect.succeeded()
             if self.config.burst and not claimed and self.in_flight == 0 and self._completer_idle():
                 logger.info("Burst mode: nothing is due, exiting.")
                 return
@@ -373,7 +377,11 @@ class Node:
     def _retry(self, task_type: TaskType, task: Task, decision: Decision, at: datetime) -> None:
         delay = at - timezone.now()
         try:
-            queue.release(task, execute_at=at, decision=decision)
+            db.retry_while_lost(
+                functools.partial(queue.release, task, execute_at=at, decision=decision),
+                what="Scheduling a retry",
+                wait=self.wait_unless_forced,
+            )
         except TasksCoordError as exc:
             logger.warning("Could not schedule a retry of %s: %s", task, exc)
         else:
@@ -523,7 +531,11 @@ class Node:
         pending = Task.objects.using(db.alias()).filter(
             topic_id__in=self._topics, state=TaskState.PENDING, execute_at__isnull=False
         )
-        next_due = pending.aggregate(next=Min("execute_at"))["next"]
+        try:
+            next_due = pending.aggregate(next=Min("execute_at"))["next"]
+        except DatabaseError:  # the next claim round reconnects and backs off
+            db.reset_connection()
+            return min(timeout, self.config.poll_interval)
         if next_due is not None:
             timeout = min(timeout, max((next_due - timezone.now()).total_seconds(), 0.0))
         return timeout
@@ -607,6 +619,7 @@ class Node:
         next_beat = last_beat + self._beat_interval()
         next_sweep = last_beat + self.config.reap_interval
         status = self.config.status_interval
+        reconnect = db.Reconnect("Heartbeat")
         while not self._stopping.is_set():
             wake_at = min(next_beat, next_sweep, last_status + status if status else math.inf)
             woken = self._lifeline_wake.wait(max(wake_at - time.monotonic(), 0.0))
@@ -636,19 +649,20 @@ class Node:
                 if now >= next_sweep:
                     next_sweep = now + self.config.reap_interval  # retried then if it fails
                     next_sweep = now + self._sweep_wait(self._sweep())
+                if status and now - last_status >= status:
+                    last_status = now
+                    self._status_line()
             except TasksCoordError:
                 raise
             except Exception as exc:  # noqa: BLE001 - the database may be briefly unreachable
-                connections[db.alias()].close()
-                logger.warning("Heartbeat failed: %s", exc)
-                next_beat = min(next_beat, now + self.config.heartbeat_frequency)
+                retry = min(reconnect.failed(exc), self.config.heartbeat_frequency)
+                next_beat = min(next_beat, now + retry)
                 if now - last_beat > self.config.liveness_interval:
                     logger.error("No heartbeat for a liveness interval: this node counts as dead.")
                     self._lost_ownership()
                     return
-            if status and now - last_status >= status:
-                last_status = now
-                self._status_line()
+            else:
+                reconnect.succeeded()
 
     def _schedule_loop(self) -> None:
         """Submit due job slots; sleep until the next one is due or a schedule changes.
@@ -664,6 +678,7 @@ class Node:
 
         assert self.owner is not None
         backoff = self._backoff()
+        reconnect = db.Reconnect("Scheduling")
         submit = True
         while not self._stopping.is_set():
             changed = self._schedule_changed.is_set()
@@ -676,9 +691,10 @@ class Node:
                     changed = True
                 next_due = scheduler.next_due()
             except DatabaseError as exc:
-                logger.warning("Scheduling failed (%s); retrying in %ss.", exc, timeout)
-                connections[db.alias()].close()
+                timeout = reconnect.failed(exc)
                 next_due, failed = None, True
+            else:
+                reconnect.succeeded()
             if changed:
                 backoff.reset()
             if not failed:
@@ -758,7 +774,11 @@ class Node:
     def _release(self, tasks: list[Task], *, refund_attempt: bool) -> None:
         for task in tasks:
             try:
-                queue.release(task, refund_attempt=refund_attempt)
+                db.retry_while_lost(
+                    functools.partial(queue.release, task, refund_attempt=refund_attempt),
+                    what="Releasing tasks",
+                    wait=self.wait_unless_forced,
+                )
             except TasksCoordError as exc:
                 logger.debug("Not releasing %s: %s", task, exc)
             finally:

@@ -94,3 +94,13 @@ def not_json():
 @task(unique_key=lambda user_id: f"user-{user_id}")
 def refresh_user(user_id):
     return user_id
+
+
+@task(
+    takes_context=True,
+    retry=RetryPolicy(max_attempts=50, retry_interval=0.2, backoff="fixed", jitter=0),
+)
+def patient(context, label):
+    """Like ``record``, retried through a database outage of several seconds."""
+    _record(context, label, context.task_result.task.queue_name)
+    return label
