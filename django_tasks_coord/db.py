@@ -164,8 +164,8 @@ class Reconnect:
     """The back-off of one loop whose database connection may break: close, wait, go on.
 
     :meth:`failed` closes the thread's connection (:func:`reset_connection`) and returns
-    how long to wait before trying again: :data:`RECONNECT_DELAY`, doubled after each
-    further failure up to :data:`RECONNECT_MAX_DELAY`. :meth:`succeeded` resets it. The
+    how long to wait before trying again: ``first`` (:data:`RECONNECT_DELAY`), doubled
+    after each further failure up to ``cap`` (:data:`RECONNECT_MAX_DELAY`). :meth:`succeeded` resets it. The
     first failure of an outage is logged as a WARNING, the others at DEBUG, and the end
     of the outage at INFO, so an outage costs each loop two log lines, not one per try.
     """
@@ -174,12 +174,13 @@ class Reconnect:
         self,
         what: str,
         *,
-        first: float = RECONNECT_DELAY,
-        cap: float = RECONNECT_MAX_DELAY,
+        first: float | None = None,
+        cap: float | None = None,
         using: str | None = None,
     ) -> None:
         self.what = what
-        self.first, self.cap = first, max(cap, first)
+        self.first = RECONNECT_DELAY if first is None else first
+        self.cap = max(RECONNECT_MAX_DELAY if cap is None else cap, self.first)
         self.using = using
         self.failures = 0
         self._since = 0.0
