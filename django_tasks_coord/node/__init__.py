@@ -353,7 +353,11 @@ class Node:
         assert self._completer is not None
         retry_at = None
         if not final and task_type is not None and decision.result is Result.FAILURE:
-            retry_at = task_type.retry_at(task, decision, timezone.now())
+            retry_at = db.retry_while_lost(  # a job's policy is read from the database
+                functools.partial(task_type.retry_at, task, decision, timezone.now()),
+                what="Scheduling a retry",
+                wait=self.wait_unless_forced,
+            )
         if task.is_completed:  # the handler completed it in its own transaction (fenced run)
             self._completer.put(task_type, task, decision)
         elif task_type is not None and not task_type.may_complete(task):

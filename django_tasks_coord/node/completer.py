@@ -11,11 +11,12 @@ the liveness interval: execution is at least once.
 A completion that fails because the database connection broke (a restart, a killed
 connection) is not dropped: the completer closes its connection, backs off
 (:class:`~django_tasks_coord.db.Reconnect`) and writes the same batch again until the
-database answers, or until the node must stop at once (declared dead: its tasks belong to others then;
-or a second stop request).
-Completions are fenced by their claim, so a batch whose commit went through just before
-the connection broke matches nothing the second time; such tasks, found finished under
-their own claim with the outcome written, count as completed once.
+database answers, or until the node must stop at once (declared dead: its tasks belong
+to others then; or a second stop request). Its follow-ups (failure streaks, error
+policies, ``on_outcome``) are retried the same way. Completions are fenced by their
+claim, so a batch whose commit went through just before the connection broke matches
+nothing the second time; such tasks, found finished under their own claim with the
+outcome written, count as completed once.
 """
 
 from __future__ import annotations

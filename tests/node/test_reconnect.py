@@ -232,3 +232,26 @@ def test_a_node_declared_dead_gives_its_completions_up(make_node, work_topic, mo
     assert run(node) == EXIT_LOST_OWNERSHIP
     assert len(attempts) == 3  # no retry after that: the task is left to expire
     assert Task.objects.get().state == TaskState.ACTIVE
+
+
+def test_a_failed_attempt_whose_retry_could_not_be_read_is_retried_not_stuck(
+    make_node, work_topic, monkeypatch
+):
+    from django_tasks_coord.handlers import TaskType
+
+    monkeypatch.setattr(db, "RECONNECT_DELAY", 0.01)
+    real = TaskType.retry_at
+    calls = []
+
+    def retry_at(self, task, decision, now):
+        calls.append(task.pk)
+        if len(calls) == 1:  # a job reads its retry policy from the database
+            raise lost()
+        return real(self, task, decision, now)
+
+    monkeypatch.setattr(TaskType, "retry_at", retry_at)
+    queue.push("work", "t", {"fail_times": 1})
+    assert run(make_node(), timeout=30) == 0  # not stuck with a task it holds
+    task = Task.objects.get()
+    assert (task.state, task.attempts) == (TaskState.PENDING, 1)  # released for its retry
+    assert task.execute_at is not None and task.owner_id is None

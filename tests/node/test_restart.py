@@ -1,11 +1,11 @@
 """A database outage under real nodes: every connection cut, or the server restarted.
 
-Three ``manage.py runscheduler`` processes work through queue tasks, Django ``@task``\\ s
-and a job every second. Then every connection they hold is terminated
-(``pg_terminate_backend``, MariaDB ``KILL CONNECTION``), or, on PostgreSQL, a server of the
-test's own (:class:`tests.servers.PrivatePostgres`) is restarted under them. Afterwards
-no node may have exited, all work must be done and the job must go on. SQLite has no
-connection to lose.
+Three ``manage.py runscheduler`` processes of one group work through queue tasks, Django
+``@task`` functions, a job every second and a leader-only job every second. Then every
+connection they hold is terminated (``pg_terminate_backend``, MariaDB ``KILL CONNECTION``),
+or, on PostgreSQL, a server of the test's own (:class:`tests.servers.PrivatePostgres`) is
+restarted under them. Afterwards no node may have exited, all work must be done and both
+jobs must go on. SQLite has no connection to lose.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ SETTINGS = {
     "RETENTION_INTERVAL": 1,
 }
 RECORD = "tests.testapp.job_functions.record"
+FENCED_RECORD = "tests.testapp.job_functions.fenced_record"
 
 
 @pytest.fixture
@@ -79,7 +80,7 @@ def start_node(log: Path) -> subprocess.Popen[str]:
     to ``log`` (a file: a pipe nobody reads could fill up and freeze the node)."""
     import json
 
-    topics = ["--topic", "steady", "--topic", "default", "--topic", JOBS_TOPIC]
+    topics = ["--topic", "steady", "--topic", "default", "--topic", JOBS_TOPIC, "--group", "g"]
     with log.open("w") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "django", "runscheduler", *topics, "--workers", "4"],
@@ -104,8 +105,8 @@ def unfinished() -> int:
     return Task.objects.filter(topic_id__in=["steady", "default"], state__lt=40).count()
 
 
-def ticks_since(moment) -> int:
-    return Run.objects.filter(identifier="tick", slot__gte=moment).count()
+def ticks_since(moment, job: str = "tick") -> int:
+    return Run.objects.filter(identifier=job, slot__gte=moment).count()
 
 
 @pytest.mark.parametrize("outage", ["terminate", "restart"])
@@ -116,12 +117,15 @@ def test_a_database_outage_stops_no_node_and_loses_no_work(outage, request):
     push_work("before-", 300, 10)
     start = (timezone.now() + timedelta(seconds=1)).replace(microsecond=0)
     scheduling.schedule_recurring(RECORD, 1, start_time=start, job_id="tick")
+    scheduling.schedule_recurring(
+        FENCED_RECORD, 1, start_time=start, group="g", leader_only=True, job_id="lead"
+    )
     logs = Path(tempfile.mkdtemp(prefix="tasks_coord_restart_"))
     nodes = [start_node(logs / f"node{i}.log") for i in range(NODES)]
     try:
         wait_for(lambda: Owner.objects.count() == NODES, timeout=60)
         wait_for(lambda: Run.objects.filter(topic="steady").count() >= 50, timeout=60)
-        wait_for(lambda: ticks_since(start) >= 2, timeout=60)
+        wait_for(lambda: ticks_since(start) >= 2 and ticks_since(start, "lead") >= 2, timeout=60)
         assert unfinished() > 0, "the outage must come while work is in flight"
 
         if server is not None:
@@ -136,7 +140,8 @@ def test_a_database_outage_stops_no_node_and_loses_no_work(outage, request):
         push_work("after-", 100, 5)  # new work is picked up too
         wait_for(lambda: not unfinished(), timeout=120)
         recovered = time.monotonic() - back
-        wait_for(lambda: ticks_since(back_at + timedelta(seconds=1)) >= 3, timeout=60)
+        later = back_at + timedelta(seconds=1)
+        wait_for(lambda: ticks_since(later) >= 3 and ticks_since(later, "lead") >= 3, timeout=60)
         assert [node.poll() for node in nodes] == [None] * NODES, "a node exited"
     finally:
         for node in nodes:
@@ -147,6 +152,9 @@ def test_a_database_outage_stops_no_node_and_loses_no_work(outage, request):
     assert set(states) == {TaskState.SUCCEEDED}  # nothing failed, nothing left ACTIVE
     assert Task.objects.filter(topic_id="steady").count() == 400
     assert Task.objects.filter(topic_id="default").count() == 15
+    for job in ("tick", "lead"):  # no slot ran twice
+        slots = list(Run.objects.filter(identifier=job).values_list("slot", flat=True))
+        assert len(slots) == len(set(slots)), job
     errors = [line for text in output.values() for line in text.splitlines() if " ERROR " in line]
     assert not errors, "\n".join(errors)
     print(f"{outage}: all work done {recovered:.1f}s after the database was back")
