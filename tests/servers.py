@@ -3,7 +3,8 @@
 The shared database servers are never stopped: :func:`terminate_connections` ends the
 connections other sessions hold to one database (``pg_terminate_backend``, MariaDB/MySQL
 ``KILL CONNECTION``), and :class:`PrivatePostgres` is a PostgreSQL cluster of its own
-(``initdb`` in a temporary directory, on a free loopback port) that can be restarted.
+(``initdb`` in a temporary directory, on a free loopback port) that can be restarted, and
+:class:`PrivateMariaDB` likewise a ``mariadbd`` of its own.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import contextlib
 import glob
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -70,7 +72,26 @@ def _version(path: str) -> tuple[int, ...]:
     return tuple(int(x) for x in part.split(".") if x.isdigit())
 
 
-class PrivatePostgres:
+class PrivateServer:
+    """A database server of a test's or benchmark's own, which it may stop and start."""
+
+    def start(self) -> float:
+        """Start the server; return ``time.monotonic()`` once it accepts connections."""
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        """Stop the server, ending every connection."""
+        raise NotImplementedError
+
+    def restart(self, down: float = 0.0) -> float:
+        """Stop, stay down ``down`` seconds, start; return when it accepts connections again."""
+        self.stop()
+        if down:
+            time.sleep(down)  # the outage itself
+        return self.start()
+
+
+class PrivatePostgres(PrivateServer):
     """A PostgreSQL cluster owned by one test or benchmark, which may stop and start it.
 
     ``initdb`` refuses to run as root: as root, the cluster belongs to the ``postgres``
@@ -125,13 +146,6 @@ class PrivatePostgres:
         """Stop the server (``fast``: every connection is ended, like a restart does)."""
         self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
 
-    def restart(self, down: float = 0.0) -> float:
-        """Stop, stay down ``down`` seconds, start; return when it accepts connections again."""
-        self.stop()
-        if down:
-            time.sleep(down)  # the outage itself
-        return self.start()
-
     def create_database(self, name: str) -> None:
         """``CREATE DATABASE name`` (the server must be running)."""
         import psycopg
@@ -146,4 +160,101 @@ class PrivatePostgres:
         if (self.data / "postmaster.pid").exists():
             with contextlib.suppress(subprocess.SubprocessError):
                 self.stop("immediate")
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+class PrivateMariaDB(PrivateServer):
+    """A ``mariadbd`` of a test's or benchmark's own: a temporary data directory, a free port.
+
+    ``mariadb-install-db`` makes the data directory; the server runs as the current user,
+    without binary log, on 127.0.0.1 only. Always call :meth:`destroy`.
+    """
+
+    def __init__(self) -> None:
+        if not (shutil.which("mariadbd") or Path("/usr/sbin/mariadbd").exists()):
+            raise FileNotFoundError("mariadbd is missing")
+        self.binary = shutil.which("mariadbd") or "/usr/sbin/mariadbd"
+        self.port = free_port()
+        self.root = Path(tempfile.mkdtemp(prefix="tasks_coord_mariadb_"))
+        self.data = self.root / "data"
+        self.socket = self.root / "mariadb.sock"
+        self.proc: subprocess.Popen[bytes] | None = None
+        subprocess.run(
+            [
+                "mariadb-install-db",
+                "--no-defaults",
+                f"--datadir={self.data}",
+                "--user=root",
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
+
+    def settings(self, name: str) -> dict[str, Any]:
+        """Django ``DATABASES`` entry for database ``name`` on this server."""
+        return {
+            "ENGINE": "django.db.backends.mysql",
+            "NAME": name,
+            "USER": "root",
+            "PASSWORD": "",
+            "HOST": "127.0.0.1",
+            "PORT": str(self.port),
+            "OPTIONS": {"charset": "utf8mb4", "isolation_level": "read committed"},
+        }
+
+    def start(self) -> float:
+        """Start the server; return ``time.monotonic()`` once it accepts connections."""
+        self.proc = subprocess.Popen(
+            [
+                self.binary,
+                "--no-defaults",
+                f"--datadir={self.data}",
+                f"--port={self.port}",
+                f"--socket={self.socket}",
+                "--bind-address=127.0.0.1",
+                "--user=root",
+                "--skip-log-bin",
+                "--innodb-flush-log-at-trx-commit=2",
+                "--max-connections=200",
+                f"--log-error={self.root / 'error.log'}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        import MySQLdb
+
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                MySQLdb.connect(host="127.0.0.1", port=self.port, user="root").close()
+                return time.monotonic()
+            except MySQLdb.OperationalError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise
+                time.sleep(0.02)  # polling the server's port until it answers
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM: a clean shutdown that ends every connection)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(60)
+
+    def create_database(self, name: str) -> None:
+        """``CREATE DATABASE name`` (the server must be running)."""
+        import MySQLdb
+
+        conn = MySQLdb.connect(host="127.0.0.1", port=self.port, user="root")
+        try:
+            conn.cursor().execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+        finally:
+            conn.close()
+
+    def destroy(self) -> None:
+        """Kill the server if it runs, and remove its directory."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
         shutil.rmtree(self.root, ignore_errors=True)
