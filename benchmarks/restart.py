@@ -14,9 +14,11 @@ no-op tasks. After a warm-up the database goes away under them:
 "Back" is the moment the server accepts connections again (``restart``) or the moment the
 connections were ended (``terminate``). From every task's ``finished_at`` (the nodes' clock,
 the same machine's), completions are counted in 100 ms bins. The **baseline** is the median
-rate of the warm-up's last 5 s; **recovered** is the first time after "back" at which the
-rate over 0.5 s reaches half the baseline; **first completion** the first task finished
-after "back". Reported per run and as medians. A node that exits during the run fails it.
+rate of the warm-up's last 5 s (but its last second); **recovered** is the first time after
+"back" at which tasks *claimed after "back"* complete at half the baseline rate (over
+0.5 s: completions of earlier claims, written again once the database is back, do not
+count); **first claim** and **first completion** the first task claimed and finished after
+"back". Reported per run and as medians. A node that exits during the run fails it.
 
 Usage::
 
@@ -147,39 +149,49 @@ def push_backlog(config: dict[str, Any], count: int) -> None:
     )
 
 
-def finish_times(config: dict[str, Any]) -> list[datetime]:
+def task_times(config: dict[str, Any]) -> list[tuple[datetime, datetime]]:
+    """(claimed, finished) of every finished task."""
     rows = sql(
         config,
-        "SELECT finished_at FROM tasks_coord_task WHERE topic_id = 'noop' "
+        "SELECT started_at, finished_at FROM django_tasks_coord_task WHERE topic_id = 'noop' "
         "AND finished_at IS NOT NULL",
     )
-    return [common.as_datetime(row[0]) for row in rows]
+    return [(common.as_datetime(row[0]), common.as_datetime(row[1])) for row in rows]
 
 
-def analyse(times: list[datetime], back: datetime) -> dict[str, Any]:
-    """Rates in 100 ms bins around ``back``: the baseline, when throughput recovered."""
-    origin = back - timedelta(seconds=WARM_UP)
+def rates(finished: list[datetime], origin: datetime) -> list[float]:
+    """Completions per second in :data:`BIN` bins from ``origin`` (warm-up and after)."""
     bins = [0] * int((WARM_UP + AFTER) / BIN)
-    for moment in times:
+    for moment in finished:
         index = int((moment - origin).total_seconds() / BIN)
         if 0 <= index < len(bins):
             bins[index] += 1
+    return [count / BIN for count in bins]
+
+
+def analyse(times: list[tuple[datetime, datetime]], back: datetime) -> dict[str, Any]:
+    """The baseline before the outage, and how soon after ``back`` the nodes claimed and
+    completed new work at half of it (completions of work claimed before, written again
+    once the database was back, do not count as recovery)."""
+    origin = back - timedelta(seconds=WARM_UP)
     back_bin = int(WARM_UP / BIN)
-    rates = [count / BIN for count in bins]
-    baseline = statistics.median(rates[back_bin - int(5 / BIN) : back_bin - int(1 / BIN)])
+    every = rates([finished for _, finished in times], origin)
+    baseline = statistics.median(every[back_bin - int(5 / BIN) : back_bin - int(1 / BIN)])
+    new = rates([finished for claimed, finished in times if claimed >= back], origin)
     window = int(0.5 / BIN)
     recovered = None
-    for index in range(back_bin, len(bins) - window):
-        if sum(rates[index : index + window]) / window >= baseline / 2:
+    for index in range(back_bin, len(new) - window):
+        if sum(new[index : index + window]) / window >= baseline / 2:
             recovered = (index - back_bin) * BIN
             break
-    after = sorted(t for t in times if t >= back)
-    first = (after[0] - back).total_seconds() if after else None
+    claims = sorted(claimed for claimed, _ in times if claimed >= back)
+    finished = sorted(finished for _, finished in times if finished >= back)
     return {
         "baseline_per_s": baseline,
         "recovered_s": recovered,
-        "first_completion_s": first,
-        "rates_per_s": rates,
+        "first_claim_s": (claims[0] - back).total_seconds() if claims else None,
+        "first_completion_s": (finished[0] - back).total_seconds() if finished else None,
+        "rates_per_s": every,
     }
 
 
@@ -236,7 +248,7 @@ def one_run(vendor: str, mode: str, down: float, backlog: int) -> dict[str, Any]
         time.sleep(AFTER)  # the recovery being measured
         alive = [node.poll() is None for node in nodes]
         codes = terminate(nodes, timeout=60)
-        times = finish_times(config)
+        times = task_times(config)
         errors = sum(
             line.count(" ERROR ") for path in logs.iterdir() for line in path.open(errors="replace")
         )
@@ -259,7 +271,7 @@ def main() -> int:
     parser.add_argument("--mode", choices=["restart", "terminate"], default="restart")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--down", type=float, default=1.0, help="seconds the server stays down")
-    parser.add_argument("--backlog", type=int, default=60000)
+    parser.add_argument("--backlog", type=int, default=30000)
     args = parser.parse_args()
     vendors = ["postgres", "mysql"] if args.database == "both" else [args.database]
     path = RESULTS / "restart.json"
@@ -272,12 +284,14 @@ def main() -> int:
             runs.append(run)
             print(
                 f"{LABELS[vendor]} {args.mode} run {number + 1}: baseline "
-                f"{run['baseline_per_s']:.0f}/s, first completion {run['first_completion_s']}s, "
+                f"{run['baseline_per_s']:.0f}/s, first claim {run['first_claim_s']}s, "
+                f"first completion {run['first_completion_s']}s, "
                 f"recovered {run['recovered_s']}s, alive {run['alive']}, errors {run['errors']}"
             )
             failed |= not all(run["alive"]) or run["recovered_s"] is None
         recovered = [r["recovered_s"] for r in runs if r["recovered_s"] is not None]
         first = [r["first_completion_s"] for r in runs if r["first_completion_s"] is not None]
+        claims = [r["first_claim_s"] for r in runs if r["first_claim_s"] is not None]
         document["entries"][f"{vendor}-{args.mode}"] = {
             "database": LABELS[vendor],
             "mode": args.mode,
@@ -285,6 +299,7 @@ def main() -> int:
             "runs": [{k: v for k, v in r.items() if k != "rates_per_s"} for r in runs],
             "median_recovered_s": statistics.median(recovered) if recovered else None,
             "median_first_completion_s": statistics.median(first) if first else None,
+            "median_first_claim_s": statistics.median(claims) if claims else None,
             "median_baseline_per_s": statistics.median(r["baseline_per_s"] for r in runs),
             "when": datetime.now(UTC).isoformat(timespec="seconds"),
             "revision": git_revision(),
@@ -299,13 +314,15 @@ def main() -> int:
             "",
             "Three `runscheduler` nodes (default timings, 4 workers each) drain no-op tasks; the",
             "database goes away under them (`benchmarks/restart.py`). *Back*: the server accepts",
-            "connections again (restart) or every connection was ended (terminate). *Recovered*:",
-            "first time after *back* at which the completion rate over 0.5 s is half the",
-            "baseline. Medians of the runs; the machine is shared, so rates are noisy.",
+            "connections again (restart) or every connection was ended (terminate). *First claim*,",
+            "*first completion*: the first task claimed, finished after *back*. *Recovered*: first",
+            "time after *back* at which tasks claimed after *back* complete at half the baseline",
+            "rate (over 0.5 s). Medians of the runs (each run's in brackets); the machine is",
+            "shared with other work, so rates are noisy.",
             "",
-            "| database | outage | runs | baseline | first completion | recovered | nodes alive |"
-            " ERROR lines |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+            "| database | outage | runs | baseline | first claim | first completion | recovered |"
+            " nodes alive | ERROR lines |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         for entry in document["entries"].values():
             runs = entry["runs"]
@@ -317,6 +334,7 @@ def main() -> int:
             lines.append(
                 f"| {entry['database']} | {outage} | {len(runs)} | "
                 f"{entry['median_baseline_per_s']:.0f}/s | "
+                f"{_seconds(entry.get('median_first_claim_s'))} | "
                 f"{_seconds(entry['median_first_completion_s'])} | "
                 f"{_seconds(entry['median_recovered_s'])} "
                 f"({', '.join(_seconds(r['recovered_s']) for r in runs)}) | "

@@ -236,14 +236,16 @@ def retry_while_lost[T](
     the last error is raised; by default it sleeps and never gives up. Any other error
     is raised at once. ``call`` must be safe to repeat: the retried writes of this
     package are fenced by the claim they complete, so one that was committed before
-    the connection broke matches nothing the second time.
+    the connection broke matches nothing the second time. Inside an atomic block nothing
+    is retried (the whole transaction is lost): the error is raised for the caller of the
+    outermost block to retry.
     """
     reconnect = Reconnect(what, using=using)
     while True:
         try:
             result = call()
         except Exception as exc:
-            if not connection_lost(exc):
+            if not connection_lost(exc) or connections[using or alias()].in_atomic_block:
                 raise
             delay = reconnect.failed(exc)
             if wait(delay) if wait is not None else _sleep(delay):

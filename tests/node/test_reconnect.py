@@ -255,3 +255,18 @@ def test_a_failed_attempt_whose_retry_could_not_be_read_is_retried_not_stuck(
     task = Task.objects.get()
     assert (task.state, task.attempts) == (TaskState.PENDING, 1)  # released for its retry
     assert task.execute_at is not None and task.owner_id is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_nothing_is_retried_inside_an_atomic_block():
+    from django.db import transaction
+
+    calls = []
+
+    def down():
+        calls.append(1)
+        raise lost()
+
+    with pytest.raises(OperationalError), transaction.atomic():
+        db.retry_while_lost(down, what="test", wait=lambda s: False)
+    assert calls == [1]  # the transaction is lost: its outermost caller retries it
