@@ -270,3 +270,23 @@ def test_nothing_is_retried_inside_an_atomic_block():
     with pytest.raises(OperationalError), transaction.atomic():
         db.retry_while_lost(down, what="test", wait=lambda s: False)
     assert calls == [1]  # the transaction is lost: its outermost caller retries it
+
+
+@pytest.mark.parametrize(("error", "warned"), [(lost(), False), (mysql(1213, "Deadlock"), True)])
+def test_a_leader_leaves_a_lost_connection_to_the_lifeline_to_report(
+    monkeypatch, caplog, error, warned
+):
+    from django_tasks_coord import coordination
+    from django_tasks_coord.node.leadership import Leadership
+
+    def heartbeat(group, node_id):
+        raise error
+
+    monkeypatch.setattr(coordination, "heartbeat", heartbeat)
+    leadership = Leadership("g", "n", liveness=30, heartbeat=1, on_change=lambda term: None)
+    with (
+        caplog.at_level(logging.WARNING, logger="django_tasks_coord.node.leadership"),
+        pytest.raises(OperationalError),
+    ):
+        leadership.beat()
+    assert bool(caplog.records) is warned  # one WARNING per outage, not one per beat
