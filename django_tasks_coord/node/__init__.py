@@ -659,8 +659,8 @@ class Node:
             except TasksCoordError:
                 raise
             except Exception as exc:  # noqa: BLE001 - the database may be briefly unreachable
-                retry = min(reconnect.failed(exc), self.config.heartbeat_frequency)
-                next_beat = min(next_beat, now + retry)
+                reconnect.failed(exc)  # closes the connection; a beat is retried after a beat
+                next_beat = min(next_beat, now + self.config.heartbeat_frequency)
                 if now - last_beat > self.config.liveness_interval:
                     logger.error("No heartbeat for a liveness interval: this node counts as dead.")
                     self._lost_ownership()
