@@ -13,7 +13,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -110,7 +109,7 @@ def ticks_since(moment, job: str = "tick") -> int:
 
 
 @pytest.mark.parametrize("outage", ["terminate", "restart"])
-def test_a_database_outage_stops_no_node_and_loses_no_work(outage, request):
+def test_a_database_outage_stops_no_node_and_loses_no_work(outage, request, tmp_path):
     server = request.getfixturevalue("private_postgres") if outage == "restart" else None
     for topic in ("steady", "default", JOBS_TOPIC):
         queue.register_topic(topic)
@@ -120,7 +119,7 @@ def test_a_database_outage_stops_no_node_and_loses_no_work(outage, request):
     scheduling.schedule_recurring(
         FENCED_RECORD, 1, start_time=start, group="g", leader_only=True, job_id="lead"
     )
-    logs = Path(tempfile.mkdtemp(prefix="tasks_coord_restart_"))
+    logs = tmp_path
     nodes = [start_node(logs / f"node{i}.log") for i in range(NODES)]
     try:
         wait_for(lambda: Owner.objects.count() == NODES, timeout=60)
