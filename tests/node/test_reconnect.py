@@ -290,3 +290,52 @@ def test_a_leader_leaves_a_lost_connection_to_the_lifeline_to_report(
     ):
         leadership.beat()
     assert bool(caplog.records) is warned  # one WARNING per outage, not one per beat
+
+
+# --- claims -------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_whose_commit_lost_its_answer_is_returned_not_orphaned(monkeypatch):
+    from contextlib import contextmanager
+
+    queue.register_topic("w")
+    queue.push_many("w", [("a", None), ("b", None)])
+    real = db.write_transaction
+    commits = []
+
+    @contextmanager
+    def commit_then_lose_the_answer():
+        with real():
+            yield
+        commits.append(1)
+        if len(commits) == 1:
+            raise lost()
+
+    monkeypatch.setattr(db, "write_transaction", commit_then_lose_the_answer)
+    tasks = queue.poll("w", 2)
+    assert [task.identifier for task in tasks] == ["a", "b"]
+    rows = Task.objects.filter(exec_id=tasks[0].exec_id, state=TaskState.ACTIVE)
+    assert rows.count() == 2 and {task.attempts for task in tasks} == {1}
+    assert queue.complete_many(tasks, "SUCCESS")  # the caller holds the claim it made
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_that_did_not_commit_still_fails(monkeypatch):
+    from contextlib import contextmanager
+
+    from django.db import transaction
+
+    queue.register_topic("w")
+    queue.push("w", "a")
+
+    @contextmanager
+    def lose_before_commit():
+        with transaction.atomic():
+            yield
+            raise lost()  # inside the block: rolled back, nothing was claimed
+
+    monkeypatch.setattr(db, "write_transaction", lose_before_commit)
+    with pytest.raises(OperationalError):
+        queue.poll("w", 1)
+    assert Task.objects.get().state == TaskState.PENDING
