@@ -170,7 +170,7 @@ def _import_declaring_modules(app_configs: Iterable[AppConfig] | None) -> list[C
                     Error(
                         f"{module} cannot be imported: {type(exc).__name__}: {exc}",
                         hint="runscheduler imports this module at start-up and would fail "
-                        "the same way; run `python -c 'import "
+                        "the same way; run `python manage.py shell -c 'import "
                         f"{module}'` to see the traceback.",
                         obj=module,
                         id="tasks_coord.E006",

@@ -66,6 +66,17 @@ class TaskRedundantError(TaskAlreadyCompletedError):
     """
 
 
+class TaskNotClaimedError(TaskNotActiveError):
+    """The ``Task`` object passed to ``complete()`` or ``release()`` carries no claim.
+
+    The task is ACTIVE, claimed by an owner, but this object's ``exec_id`` is None: it
+    was not returned by ``queue.poll`` (it came from ``queue.push``, or from a lookup
+    made before the task was claimed). A claim is identified by the ``exec_id`` that
+    ``queue.poll`` gives the task and the objects it returns. Complete the object that
+    ``queue.poll`` returned, or look the task up again to act under its current claim.
+    """
+
+
 class StaleClaimError(TaskNotActiveError):
     """The claim was lost: the task was expired and handed to another owner since it was polled.
 

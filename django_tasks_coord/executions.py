@@ -48,7 +48,7 @@ from django_tasks_coord.exceptions import (
     UnknownDefinitionError,
 )
 from django_tasks_coord.models import Task, Topic
-from django_tasks_coord.topics import known_topics, register_topic
+from django_tasks_coord.topics import adding_tasks, registering
 from django_tasks_coord.validation import check_payload, check_priority, check_when
 
 __all__ = [
@@ -257,12 +257,14 @@ def create(
         concurrency_key=found.concurrency_key(params),
         attempt_log=[],
     )
-    if found.name not in known_topics:  # declared, but not synced by a node or the API yet
-        register_topic(found.name)
-    with db.write_transaction():
+
+    def add() -> Task:
         created = Task.objects.using(db.alias()).insert([task])[0]
         db.notify(db.connection(), found.name)
-    return created
+        return created
+
+    # The topic may be declared, but not synced by a node or the API yet.
+    return registering(found.name, lambda: adding_tasks(found.name, add))
 
 
 def cancel(task_id: int, *, now: datetime | None = None) -> Task:

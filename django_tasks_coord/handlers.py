@@ -111,6 +111,13 @@ class TaskType:
         """Whether the node may write ``task``'s outcome (a fencing hook; always True here)."""
         return True
 
+    def outcome_committed(self, task: Task) -> bool:
+        """Whether the outcome of ``task``, completed by its handler rather than by the node,
+        is committed (it may wait for a write in flight). The node calls it before
+        :meth:`on_outcome` and sends the completion signals only if it is True; True here.
+        """
+        return True
+
     def on_outcome(self, task: Task, decision: Decision) -> None:
         """Called by the node once ``task``'s completion is written (any result). No-op here."""
 

@@ -140,10 +140,8 @@ def _lookup(owners: QuerySet[Owner], host: str, pid: int | None) -> Owner | Repo
         live = [owner for owner in candidates if owner.pid and process_exists(owner.pid)]
         where = f"a running process on host {host!r}"
     if not live:
-        dead = f" (owners of exited processes: {', '.join(o.name for o in candidates)})"
         return Report(
-            Status.NOT_REGISTERED,
-            f"no node of {where} is registered{dead if candidates else ''}",
+            Status.NOT_REGISTERED, f"no node of {where} is registered{_others(candidates)}"
         )
     pids = sorted({owner.pid for owner in live if owner.pid})
     if len(pids) > 1:
@@ -153,6 +151,24 @@ def _lookup(owners: QuerySet[Owner], host: str, pid: int | None) -> Owner | Repo
             "name one with --node-id or --pid",
         )
     return live[0]  # the newest row of the process
+
+
+def _others(candidates: list[Owner]) -> str:
+    """What else is registered on the host, each owner said to be running or exited.
+
+    With ``--pid`` the candidates are every owner of the host, live nodes of other
+    processes included: only those whose process is gone are called exited.
+    """
+    if not candidates:
+        return ""
+    running = [o.name for o in candidates if o.pid and process_exists(o.pid)]
+    exited = [o.name for o in candidates if o.name not in running]
+    parts = []
+    if running:
+        parts.append(f"nodes of other running processes: {', '.join(running)}")
+    if exited:
+        parts.append(f"owners of exited processes: {', '.join(exited)}")
+    return f" ({'; '.join(parts)})"
 
 
 def _seconds(value: float | timedelta) -> float:

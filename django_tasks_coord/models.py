@@ -668,7 +668,7 @@ class ApiToken(models.Model):
 
     Only a SHA-256 digest of the token is stored; the token itself is shown once,
     when it is issued (:func:`django_tasks_coord.api.auth.issue_token`, the admin or
-    ``manage.py createapitoken``). ``prefix`` (its first characters) tells tokens apart.
+    ``manage.py tasks_coord_createapitoken``). ``prefix`` (its first characters) tells tokens apart.
     """
 
     user = models.ForeignKey(

@@ -46,6 +46,7 @@ from django_tasks_coord.exceptions import (
     StaleClaimError,
     TaskAlreadyCompletedError,
     TaskNotActiveError,
+    TaskNotClaimedError,
     TaskRedundantError,
     TaskStateError,
 )
@@ -56,7 +57,9 @@ from django_tasks_coord.retention import set_policy as set_retention
 from django_tasks_coord.revival import junction, recreate, reset
 from django_tasks_coord.topics import (
     TopicRef,
+    adding_tasks,
     known_topics,
+    name_of,
     pause_topic,
     register_topic,
     resume_topic,
@@ -180,9 +183,10 @@ def push_many(
         check_identifier(identifier)
         check_payload(payload)
         batch.append((identifier, payload))
-    name = topic_name(topic)
     if not batch:
+        topic_name(topic)
         return []
+    name = name_of(topic)
     last_index = {identifier: i for i, (identifier, _) in enumerate(batch)}
     tasks = []
     for i, (identifier, payload) in enumerate(batch):
@@ -202,12 +206,15 @@ def push_many(
             )
         )
     using = db.alias()
-    with db.write_transaction():
+
+    def add() -> list[Task]:
         if insertion is not Insertion.APPEND:
             _apply_insertion(name, list(last_index), insertion, using)
         created = Task.objects.using(using).insert(tasks)
         db.notify(db.connection(), name)
         return created
+
+    return adding_tasks(name, add)
 
 
 def _apply_insertion(topic: str, identifiers: list[str], insertion: Insertion, using: str) -> None:
@@ -368,7 +375,12 @@ CLAIM_CHECK_SECONDS = 30.0
 
 def _claim_lost(task: Task, action: str) -> TaskStateError:
     """Explain why ``task`` (as the caller knows it) cannot be completed or released now."""
-    current = Task.objects.using(db.alias()).filter(pk=task.pk).values("state", "exec_id").first()
+    current = (
+        Task.objects.using(db.alias())
+        .filter(pk=task.pk)
+        .values("state", "exec_id", "owner__name")
+        .first()
+    )
     if current is None:
         return TaskStateError(
             f"Cannot {action} task #{task.pk}: it was deleted (purged or replaced)."
@@ -382,14 +394,29 @@ def _claim_lost(task: Task, action: str) -> TaskStateError:
         return TaskAlreadyCompletedError(
             f"Cannot {action} task #{task.pk}: it is already completed ({state.label})."
         )
+    if task.exec_id is None and state is TaskState.ACTIVE:
+        return TaskNotClaimedError(
+            f"Cannot {action} task #{task.pk}: this Task object carries no claim (its exec_id "
+            f"is None): it was not returned by queue.poll (it came from queue.push, or from a "
+            f"lookup made before the task was claimed). The task is active under the claim "
+            f"{current['exec_id']} of {current['owner__name']!r}; a claim is identified by "
+            f"the exec_id queue.poll gives the task. {action.capitalize()} the Task object "
+            f"queue.poll returned, or look the task up again (Task.objects.get(pk={task.pk})) "
+            f"to {action} it under its current claim."
+        )
     if task.exec_id is not None and current["exec_id"] != task.exec_id:
+        now = (
+            f"it was claimed again and is now {state.label} under the claim {current['exec_id']}"
+            if current["exec_id"] is not None
+            else f"it is now {state.label}"
+        )
         return StaleClaimError(
-            f"Cannot {action} task #{task.pk}: its claim {task.exec_id} was lost (the owner was "
-            f"declared dead and the task is now {state.label}). Do not retry."
+            f"Cannot {action} task #{task.pk}: its claim {task.exec_id} was lost (it expired "
+            f"because its owner was declared dead, or it was released); {now}. Do not retry."
         )
     return TaskNotActiveError(
-        f"Cannot {action} task #{task.pk}: it is {state.label}; only ACTIVE tasks returned by "
-        f"queue.poll can be completed."
+        f"Cannot {action} task #{task.pk}: it is {state.label}, not active. Only a task "
+        f"claimed by queue.poll can be {action}d, through the Task object queue.poll returned."
     )
 
 
@@ -399,8 +426,9 @@ def complete(task: Task, decision: Decision | Result | str) -> Task:
     The result sets the state (SUCCESS → SUCCEEDED, SUSPENSION → SUSPENDED, FILTER →
     FILTERED, FAILURE → FAILED); ``message`` and ``exception`` (class, message and
     traceback) are stored. The task must still be held under the claim it was
-    polled with; otherwise a :class:`TaskNotActiveError` subclass says what happened
-    (already completed, made redundant, or the claim was lost to an expiry).
+    polled with (its ``exec_id``); otherwise a :class:`TaskNotActiveError` subclass says
+    what happened (already completed, made redundant, the claim was lost to an expiry,
+    or ``task`` is an object that carries no claim because ``queue.poll`` did not return it).
     """
     return complete_many([task], decision)[0]
 

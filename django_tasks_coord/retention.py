@@ -20,7 +20,7 @@ A task goes when it is past *either* limit of its class: its ``finished_at`` is 
 than N days ago, or it is not among the N newest tasks (by sequence) of its class
 in its topic. SUSPENDED tasks (they wait for a reset or a junction) and tasks that
 are not finished (PENDING, REQUESTED, ACTIVE) are never deleted by retention.
-``queue.purge`` and ``manage.py prune`` stay available for manual deletion.
+``queue.purge`` and ``manage.py tasks_coord_prune`` stay available for manual deletion.
 
 How it deletes: one topic at a time (the task table may be partitioned by topic,
 so every statement names its topic), one state at a time (each victim query is a

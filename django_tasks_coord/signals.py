@@ -13,7 +13,9 @@
 
 Every signal is sent by a ``runscheduler`` node (or whatever runs the same service
 code, such as :func:`django_tasks_coord.scheduling.scheduler.submit_due`) *after*
-the change is written to the database, with :meth:`~django.dispatch.Signal.send_robust`:
+the change is committed to the database, and never for a change whose write failed
+(a node killed between the commit and the signal never sends it), with
+:meth:`~django.dispatch.Signal.send_robust`:
 an exception in a receiver is logged (logger ``django_tasks_coord.signals``) and
 never breaks the node. Receivers run in the node's threads (the dispatcher, the
 completer, the scheduler, the lifeline): keep them short, hand slow work to a queue.

@@ -8,8 +8,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
+from django.db import IntegrityError
 from django.db.models import F
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
@@ -29,6 +31,8 @@ class _KnownTopics:
 
     A topic is rarely deleted (it is PROTECTed while it has tasks); an entry expires
     after ``ttl`` seconds and is dropped at once when this process deletes the topic.
+    An entry can still be stale (the tables were flushed, another process deleted the
+    topic): :func:`adding_tasks` trusts it only where it can catch and heal that.
     """
 
     ttl = 60.0
@@ -83,10 +87,18 @@ def validate_topic_name(name: object) -> str:
     return name
 
 
-def topic_name(topic: object) -> str:
-    """Validate a topic reference and return its name; raise if it is not registered."""
-    name = topic.name if isinstance(topic, Topic) else validate_topic_name(topic)
-    if name in known_topics:
+def name_of(topic: object) -> str:
+    """The name of a topic reference (a :class:`Topic` or a valid name), not looked up."""
+    return topic.name if isinstance(topic, Topic) else validate_topic_name(topic)
+
+
+def topic_name(topic: object, *, cached: bool = True) -> str:
+    """Validate a topic reference and return its name; raise if it is not registered.
+
+    ``cached``: a topic in :data:`known_topics` is taken as registered without a query.
+    """
+    name = name_of(topic)
+    if cached and name in known_topics:
         return name
     if Topic.objects.using(db.alias()).filter(name=name).exists():
         known_topics.add(name)
@@ -97,6 +109,49 @@ def topic_name(topic: object) -> str:
         f"{', '.join(map(repr, registered)) or 'none'}. "
         f"Register it with queue.register_topic({name!r})."
     )
+
+
+def adding_tasks[T](topic: TopicRef, add: Callable[[], T]) -> T:
+    """Call ``add()``, which inserts tasks of ``topic``, in a write transaction; return its result.
+
+    Raises :class:`UnknownTopicError` if the topic is not registered, also when
+    :data:`known_topics` still holds it after it was deleted (the tables flushed by a
+    test, the topic deleted by another process): the stale entry is healed on this
+    call and never surfaces as an ``IntegrityError``. The cache spares the existence
+    query only where a stale entry shows up as an error this call can catch: when it
+    owns the transaction (whose commit checks the deferred foreign key, PostgreSQL and
+    SQLite), or on a database that checks foreign keys per statement (MySQL/MariaDB;
+    the insert is undone to a savepoint). Inside the caller's transaction on
+    PostgreSQL and SQLite, the violation would only show at the caller's commit, so
+    there the topic is looked up in that transaction, before the insert.
+    """
+    conn = db.connection()
+    catchable = conn.get_autocommit() or not conn.features.can_defer_constraint_checks
+    name = topic_name(topic, cached=catchable)
+    try:
+        with db.write_transaction():
+            return add()
+    except IntegrityError:
+        known_topics.discard(name)
+        topic_name(name)  # a deleted topic: UnknownTopicError instead
+        raise
+
+
+def registering[T](name: str, add: Callable[[], T]) -> T:
+    """Call ``add()``, which adds tasks to topic ``name``, registering the topic as needed.
+
+    For callers that make their topics on first use (``django.tasks`` queues, task
+    definitions): the topic is registered before if this process has not seen it, and
+    again if ``add`` finds it gone (:class:`UnknownTopicError` from
+    :func:`adding_tasks`: the tables were flushed, or another process deleted it).
+    """
+    if name not in known_topics:
+        register_topic(name)
+    try:
+        return add()
+    except UnknownTopicError:
+        register_topic(name)
+        return add()
 
 
 def register_topic(name: str) -> Topic:

@@ -62,7 +62,10 @@ def run_one(task: dict[str, Any]) -> None:
 def main() -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops like Ctrl-C
     if not TOKEN:
-        print("executor: set TASKS_API_TOKEN (manage.py createapitoken USER)", file=sys.stderr)
+        print(
+            "executor: set TASKS_API_TOKEN (manage.py tasks_coord_createapitoken USER)",
+            file=sys.stderr,
+        )
         return 2
     print(f"executor: long-polling {BASE} for {DEFINITION!r} tasks", flush=True)
     pause = 0.5

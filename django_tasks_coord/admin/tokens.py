@@ -21,7 +21,7 @@ else:
 @admin.register(ApiToken)
 class ApiTokenAdmin(TokenModelAdmin):
     """Tokens are issued through :func:`~django_tasks_coord.api.auth.issue_token` (as by
-    ``manage.py createapitoken``): only a digest is stored, and the token itself is shown
+    ``manage.py tasks_coord_createapitoken``): only a digest is stored, and the token itself is shown
     once, in a message after "Save". Revoke a token by deleting it."""
 
     list_display = ("prefix", "name", "user", "created_at", "last_used_at", "expires_at")

@@ -507,7 +507,7 @@ def document(server_url: str = "/tasks") -> dict[str, Any]:
                 "bearerAuth": {
                     "type": "http",
                     "scheme": "bearer",
-                    "description": "A token from `manage.py createapitoken` or the admin.",
+                    "description": "A token from `manage.py tasks_coord_createapitoken` or the admin.",
                 }
             },
         },

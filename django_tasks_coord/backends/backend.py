@@ -36,7 +36,7 @@ from django_tasks_coord.exceptions import ConfigurationError, InvalidArgumentErr
 from django_tasks_coord.models import Task as TaskRow
 from django_tasks_coord.models import Topic
 from django_tasks_coord.retry import DEFAULT_RETRY, RetryPolicy
-from django_tasks_coord.topics import known_topics
+from django_tasks_coord.topics import registering
 
 #: Topic names this app uses for itself; no Django queue may take them.
 RESERVED_PREFIX = "tasks_coord."
@@ -258,17 +258,17 @@ class DatabaseBackend(BaseTaskBackend):
         payload: dict[str, Any],
         insertion: Insertion,
     ) -> None:
-        topic = task.queue_name
-        if topic not in known_topics:
-            queue.register_topic(topic)
-        row = queue.push(
-            topic,
-            result.id,
-            payload,
-            insertion=insertion,
-            priority=task.priority,
-            execute_at=task.run_after,
-            handler=task.module_path if isinstance(task, CoordTask) else "",
+        row = registering(
+            task.queue_name,
+            lambda: queue.push(
+                task.queue_name,
+                result.id,
+                payload,
+                insertion=insertion,
+                priority=task.priority,
+                execute_at=task.run_after,
+                handler=task.module_path if isinstance(task, CoordTask) else "",
+            ),
         )
         object.__setattr__(result, "enqueued_at", row.created_at or timezone.now())
         task_enqueued.send(type(self), task_result=result)

@@ -166,7 +166,7 @@ def execute(row: TaskRow) -> Decision:
         "error": None,
     }
     # Completed in memory now, in the database by the writer; the node's completer waits
-    # for that write (on_outcome) before the task counts as done.
+    # for that write (outcome_committed) before the task counts as done or is signalled.
     write = writer.submit(row, changes)
     for name, new in changes.items():
         setattr(row, name, new)
@@ -195,8 +195,8 @@ class DjangoTaskType(TaskType):
             return None
         return now + policy.delay(task.attempts)
 
-    def on_outcome(self, task: TaskRow, decision: Decision) -> None:
-        """Wait for the outcome's write (a success), then send Django's ``task_finished``."""
+    def outcome_committed(self, task: TaskRow) -> bool:
+        """Wait for the outcome's write (a success): whether it is committed."""
         write: Write | None = getattr(task, "_outcome_write", None)
         if write is not None:
             written = write.wait()
@@ -212,8 +212,12 @@ class DjangoTaskType(TaskType):
                     "(replaced, cancelled, or handed to another node).",
                     task,
                 )
-                return
+                return False
             task.finished_at = write.changes["finished_at"] or task.finished_at
+        return True
+
+    def on_outcome(self, task: TaskRow, decision: Decision) -> None:
+        """Send Django's ``task_finished`` (the outcome is committed: :meth:`outcome_committed`)."""
         payload = _payload(task)
         try:
             backend = task_backends[payload["backend"]]

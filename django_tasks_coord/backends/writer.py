@@ -7,7 +7,7 @@ which turns everything handed over meanwhile into one ``UPDATE`` per kind of wri
 (per-row values through ``CASE``), each row fenced by its claim (``exec_id``, still
 ACTIVE). A failed attempt's log is waited for by its worker (the node retries or fails the task
 right after, and must find it written); a success is waited for by the node's completer
-before the task counts as done (``DjangoTaskType.on_outcome``), so the worker goes on at
+before the task counts as done (``DjangoTaskType.outcome_committed``), so the worker goes on at
 once and the node never stops with an outcome unwritten. The start of an attempt is
 not waited for, and is written only if the attempt still runs :data:`START_DELAY`
 seconds later: a shorter attempt's outcome carries its whole log anyway, so most

@@ -104,8 +104,8 @@ class Completer(threading.Thread):
         groups: dict[tuple[Result, str | None], list[Item]] = defaultdict(list)
         singles: list[Item] = []
         done_in_band = [item for item in batch if item[1].is_completed]
-        if done_in_band:  # completed by the handler itself (a fenced job run)
-            self._completed(done_in_band)
+        if done_in_band:  # completed by the handler itself (a fenced job run, a Django task)
+            self._completed([item for item in done_in_band if self._committed(item)])
         for item in batch:
             if item[1].is_completed:
                 continue
@@ -191,6 +191,27 @@ class Completer(threading.Thread):
                 rows.exists, what="Completing tasks", wait=self.node.wait_unless_forced
             )
         )
+
+    def _committed(self, item: Item) -> bool:
+        """Whether a task its handler completed is completed in the database too.
+
+        Only then does it count as processed and send its signals: an outcome whose write
+        failed leaves the task to expire and run again, and must not be announced twice.
+        """
+        task_type, task, _ = item
+        try:
+            if task_type is None or db.retry_while_lost(
+                functools.partial(task_type.outcome_committed, task),
+                what="Completing tasks",
+                wait=self.node.wait_unless_forced,
+            ):
+                return True
+        except Exception:
+            logger.exception(
+                "Completing task %s failed; it will expire.", task, extra=self._extra(task)
+            )
+        self.node.done(1)
+        return False
 
     def _extra(self, task: Task) -> dict[str, object]:
         """The structured fields of a log record about ``task``."""

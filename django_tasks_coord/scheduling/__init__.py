@@ -12,6 +12,10 @@
     def sync_prices(ctx):
         ctx.logger.info("slot %s, attempt %s", ctx.slot, ctx.attempt)
 
+Each ``schedule_*`` call without ``job_id=`` adds a new job with a new id (scheduling
+the same function twice gives two jobs); with ``job_id=``, the job of that id is
+created or updated in place, and declared jobs are kept by name.
+
 A job is a module-level callable (or its dotted path) called as
 ``job(ctx, *args, **kwargs)`` with a :class:`JobContext`. Schedules live in the
 ``periodic_task`` table; every ``runscheduler`` node submits due slots (exactly
@@ -22,6 +26,7 @@ them. See docs/scheduling.md.
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -84,6 +89,21 @@ def callable_path(job: JobRef) -> str:
     return f"{module}.{qualname}"
 
 
+#: Characters of a random hex suffix in a generated job id (64 bits).
+ID_SUFFIX_LENGTH = 16
+MAX_JOB_ID_LENGTH = PeriodicTask._meta.get_field("id").max_length or 200
+
+
+def new_job_id(path: str, kind: JobKind | str) -> str:
+    """A new job id, ``"<dotted path>:<kind>:<16 random hex digits>"``, unique on every call.
+
+    The path is shortened from the left (keeping the function's name) if the id would
+    not fit the ``periodic_task.id`` column.
+    """
+    suffix = f":{kind}:{uuid.uuid4().hex[:ID_SUFFIX_LENGTH]}"
+    return path[-(MAX_JOB_ID_LENGTH - len(suffix)) :] + suffix
+
+
 def _retry_data(retry: RetryPolicy | None) -> dict[str, Any] | None:
     if retry is None:
         return None
@@ -127,12 +147,14 @@ def job_fields(
     """Validate a job definition; return its id and the ``periodic_task`` columns it sets.
 
     The keyword arguments are the common options of every ``schedule_*`` function;
-    see docs/scheduling.md.
+    see docs/scheduling.md. Without ``job_id``, the id is a new one (:func:`new_job_id`).
     """
     path = callable_path(job)
-    job_id = job_id or f"{path}:{kind}"
-    if not isinstance(job_id, str) or not 0 < len(job_id) <= 200:
-        raise InvalidArgumentError(f"job_id must be a str of 1 to 200 characters, not {job_id!r}.")
+    job_id = new_job_id(path, kind) if job_id is None else job_id
+    if not isinstance(job_id, str) or not 0 < len(job_id) <= MAX_JOB_ID_LENGTH:
+        raise InvalidArgumentError(
+            f"job_id must be a str of 1 to {MAX_JOB_ID_LENGTH} characters, not {job_id!r}."
+        )
     start_time, end_time = _when(start_time, "start_time"), _when(end_time, "end_time")
     if leader_only and not group:
         raise JobDefinitionError(f"Job {job_id!r} is leader-only but names no group.")
@@ -180,7 +202,12 @@ def job_fields(
 
 
 def save_job(job: JobRef, kind: JobKind, timer: Timer, **options: Any) -> str:
-    """Create or update a job (validated first; its first slot recomputed) and return its id."""
+    """Create or update a job (validated first; its first slot recomputed) and return its id.
+
+    With ``job_id``, the job of that id is created or updated in place; without, a new
+    job with a new id is inserted (never replacing another).
+    """
+    new = options.get("job_id") is None
     job_id, fields = job_fields(job, kind, timer, **options)
     fields.update(enabled=True, finished_at=None, run_count=0)
     row = PeriodicTask(id=job_id, **fields)
@@ -193,7 +220,10 @@ def save_job(job: JobRef, kind: JobKind, timer: Timer, **options: Any) -> str:
     using = db.alias()
     with db.write_transaction():
         topics.register_topic(group_topic(row.group) if row.leader_only else JOBS_TOPIC)
-        PeriodicTask.objects.using(using).update_or_create(id=job_id, defaults=fields)
+        if new:
+            row.save(using=using, force_insert=True)
+        else:
+            PeriodicTask.objects.using(using).update_or_create(id=job_id, defaults=fields)
         db.notify(db.connection(), SCHEDULE_CHANGED)
     return job_id
 
@@ -203,7 +233,11 @@ def _bad_catch_up(value: object) -> str:
 
 
 def schedule_one_time(job: JobRef, at: datetime, **options: Any) -> str:
-    """Run ``job`` once at ``at`` (an aware datetime; in the past: as soon as possible). Returns the job id."""
+    """Run ``job`` once at ``at`` (an aware datetime; in the past: as soon as possible).
+
+    Returns the job id: a new job on every call, unless ``job_id=`` names one to
+    create or update in place.
+    """
     at = _when(at, "at") or _bad_at()
     return save_job(job, JobKind.ONE_TIME, OneTime(at), start_time=at, max_count=1, **options)
 
@@ -227,7 +261,8 @@ def schedule_recurring(
 
     The first run is at ``start_time``, or one interval from now; ``max_count`` runs at
     most (-1: no limit); no run after ``end_time``. ``fixed_delay=True``: the next run
-    starts one interval after the previous run ended instead. Returns the job id.
+    starts one interval after the previous run ended instead. Returns the job id: a new
+    job on every call, unless ``job_id=`` names one to create or update in place.
     """
     period = interval if isinstance(interval, timedelta) else _seconds(interval)
     anchor = _when(start_time, "start_time") or timezone.now()
@@ -258,7 +293,8 @@ def schedule_periodic(
 ) -> str:
     """Run ``job`` at every elapse of ``timer``: a systemd calendar event, a cron expression,
     or anything :func:`django_tasks_coord.timers.parse` accepts, in zone ``tz`` (default:
-    ``TIME_ZONE``). Returns the job id.
+    ``TIME_ZONE``). Returns the job id: a new job on every call, unless ``job_id=`` names
+    one to create or update in place.
     """
     return save_job(job, JobKind.PERIODIC, parse(timer, tz=tz), **options)
 

@@ -125,14 +125,20 @@ def _settle(raw: Fields, normalized: Fields) -> tuple[int, Fields]:
     """systemd's ``tm_within_bounds`` comparison: (-1/0/1, fields to continue from).
 
     When normalization changed the fields, the search continues from the normalized
-    time with only the field just below the first changed one reset (month to
-    January, day to 1, hour/minute/second to 0); the other smaller fields keep their
-    normalized values. That is why systemd can skip a valid elapse after an overflow
-    (``*:0/7:0`` from 23:58:57 next fires at 00:07, not 00:00).
+    time with only the field just below the first changed one reset (day to 1,
+    hour/minute/second to 0), and with both month and day reset (1 January) when the
+    year changed; the other smaller fields keep their normalized values. That is why
+    systemd can skip a valid elapse after an overflow (``*:0/7:0`` from 23:58:57 next
+    fires at 00:07, not 00:00).
+
+    The day reset on a change of year is systemd's fix for issue #40260 (PR #40266,
+    merged in January 2026, after v259): before it, a day repetition running past
+    31 December ("day 34" is 3 January) continued from that day of January and
+    skipped the days before it, 1 January included. We follow the fix.
     """
     y, mo, d, h, mi, s = normalized
     if y != raw[0]:
-        cmp, mo = (1 if y > raw[0] else -1), 1
+        cmp, mo, d = (1 if y > raw[0] else -1), 1, 1
     elif mo != raw[1]:
         cmp, d = (1 if mo > raw[1] else -1), 1
     elif d != raw[2]:

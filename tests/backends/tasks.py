@@ -104,3 +104,13 @@ def patient(context, label):
     """Like ``record``, retried through a database outage of several seconds."""
     _record(context, label, context.task_result.task.queue_name)
     return label
+
+
+@task(takes_context=True, max_attempts=1)
+def cancelled_while_running(context):
+    """Canceled (as by an operator) while it runs: its success must not be stored."""
+    from django_tasks_coord import queue
+    from django_tasks_coord.models import Task as TaskRow
+
+    queue.cancel(TaskRow.objects.get(identifier=context.task_result.id), "canceled by a test")
+    return "done"

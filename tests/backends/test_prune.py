@@ -1,4 +1,4 @@
-"""``manage.py prune`` and the hourly housekeeping job that prunes old results."""
+"""``manage.py tasks_coord_prune`` and the hourly housekeeping job that prunes old results."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def results():
 
 def prune(*args: str) -> str:
     out = StringIO()
-    call_command("prune", *args, stdout=out)
+    call_command("tasks_coord_prune", *args, stdout=out)
     return out.getvalue()
 
 

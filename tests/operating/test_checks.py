@@ -96,6 +96,31 @@ def test_a_module_that_fails_to_import_is_e006_and_hides_no_other_problem():
         "No module named 'tests.operating.declaring.no_such_module'"
     )
     assert messages[0].obj == "tests.operating.declaring.bad_import.jobs"
+    assert messages[0].hint.endswith(
+        "run `python manage.py shell -c 'import tests.operating.declaring.bad_import.jobs'` "
+        "to see the traceback."
+    )
+
+
+def test_the_e006_hint_shows_the_traceback():
+    """The hint's command works as written (a plain ``python -c`` fails: no settings)."""
+    import subprocess
+    import sys
+
+    from tests.processes import ROOT, subprocess_env
+
+    module = "tests.operating.declaring.bad_import.jobs"
+    done = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", f"import {module}"],
+        cwd=ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert "Traceback" in done.stderr
+    assert "No module named 'tests.operating.declaring.no_such_module'" in done.stderr
 
 
 def test_installed_apps_declare_nothing_broken():

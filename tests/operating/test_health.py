@@ -225,3 +225,13 @@ def test_a_gracefully_stopped_node_is_not_registered():
         assert code == Status.NOT_REGISTERED, output
     finally:
         reap(node, signal.SIGKILL)
+
+
+def test_with_a_pid_other_live_nodes_are_not_called_exited():
+    owners.register_owner("live", host=HOST, pid=os.getpid())
+    owners.register_owner("old", host=HOST, pid=dead_pid())
+    code, line = probe("--pid", str(dead_pid()))
+    assert code == Status.NOT_REGISTERED
+    assert line.endswith(
+        "registered (nodes of other running processes: live; owners of exited processes: old)"
+    )

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
+from django.db import DatabaseError
+from django.db.backends.utils import CursorWrapper
 from django.dispatch import Signal
 from django.utils import timezone
 
 from django_tasks_coord import queue, scheduling, signals
+from django_tasks_coord.backends.compat import TaskResultStatus, task_finished
 from django_tasks_coord.enums import Result, TaskState
 from django_tasks_coord.models import PeriodicTask, Task, TokenHolder
 from django_tasks_coord.node.leadership import Leadership
@@ -120,6 +124,78 @@ def test_job_signals(make_node, received):
     assert finished[1]["slot"] == run_task.slot
     assert finished[1]["decision"].result is Result.SUCCESS
     assert finished[1]["state_when_sent"] == TaskState.SUCCEEDED
+
+
+@pytest.fixture
+def outcome_writes_fail(monkeypatch):
+    """The next ``left`` UPDATEs that write a task's result fail (the batch, then its retry)."""
+    failures = {"left": 2}
+    execute = CursorWrapper.execute
+
+    def failing(self, sql, params=None):
+        table, column = r'UPDATE [`"]django_tasks_coord_task[`"]', r'[`"]result[`"] ='
+        if failures["left"] and re.match(table, sql) and re.search(column, sql):
+            failures["left"] -= 1
+            raise DatabaseError("injected: the outcome write failed")
+        return execute(self, sql, params)
+
+    monkeypatch.setattr(CursorWrapper, "execute", failing)
+    return failures
+
+
+def test_a_task_outcome_is_signalled_once_after_it_is_stored(make_node, outcome_writes_fail):
+    """A @task succeeds but its outcome write fails: it expires and runs again. Only the
+    stored outcome is announced, once (it was announced twice: the lost one and the retry's)."""
+    from tests.backends import tasks
+
+    seen = []
+
+    def stored_state(task_pk):
+        return Task.objects.filter(pk=task_pk).values_list("state", flat=True).get()
+
+    def completed(sender, task, decision, **kwargs):
+        seen.append(("task_completed", decision.result, stored_state(task.pk)))
+
+    def finished(sender, task_result, **kwargs):
+        row = Task.objects.get(identifier=task_result.id)
+        seen.append(("task_finished", task_result.status, stored_state(row.pk)))
+
+    signals.task_completed.connect(completed, weak=False)
+    task_finished.connect(finished, weak=False)
+    try:
+        result = tasks.add.enqueue(1, 2)
+        assert run(make_node(topics=["default"])) == 0  # its outcome is not stored
+        assert outcome_writes_fail["left"] == 0
+        assert run(make_node(topics=["default"])) == 0  # the task runs again
+    finally:
+        signals.task_completed.disconnect(completed)
+        task_finished.disconnect(finished)
+    assert tasks.add.get_result(result.id).return_value == 3
+    assert sorted(seen) == [
+        ("task_completed", Result.SUCCESS, TaskState.SUCCEEDED),  # sent after the commit
+        ("task_finished", TaskResultStatus.SUCCESSFUL, TaskState.SUCCEEDED),
+    ]
+
+
+def test_a_task_outcome_that_was_not_stored_is_not_signalled(make_node, received):
+    """A @task succeeds after it was canceled: its outcome is refused, and nothing announces it."""
+    from tests.backends import tasks
+
+    finished = []
+
+    def on_finished(sender, task_result, **kwargs):
+        finished.append(task_result.status)
+
+    task_finished.connect(on_finished, weak=False)
+    try:
+        result = tasks.cancelled_while_running.enqueue()
+        assert run(make_node(topics=["default"])) == 0
+    finally:
+        task_finished.disconnect(on_finished)
+    row = Task.objects.get(identifier=result.id)
+    assert (row.state, row.message) == (TaskState.CANCELED, "canceled by a test")
+    assert [name for name, _, _ in received] == ["task_claimed"]
+    assert finished == []
 
 
 def test_leader_signals(received):

@@ -7,6 +7,7 @@ from django_tasks_coord.exceptions import (
     StaleClaimError,
     TaskAlreadyCompletedError,
     TaskNotActiveError,
+    TaskNotClaimedError,
     TaskRedundantError,
     TaskStateError,
 )
@@ -75,9 +76,38 @@ def test_completing_twice_is_refused(active):
 
 def test_completing_a_pending_task_is_refused(topic):
     task = queue.push(topic, "a")
-    with pytest.raises(TaskNotActiveError, match="pending"):
+    with pytest.raises(TaskNotActiveError) as refused:
         queue.complete(task, Decision.success())
+    assert type(refused.value) is TaskNotActiveError
+    assert str(refused.value) == (
+        f"Cannot complete task #{task.pk}: it is pending, not active. Only a task claimed by "
+        f"queue.poll can be completed, through the Task object queue.poll returned."
+    )
     assert Task.objects.get(pk=task.pk).state == TaskState.PENDING
+
+
+@pytest.mark.parametrize("action", ["complete", "release"])
+def test_a_task_object_that_poll_did_not_return_carries_no_claim(topic, action):
+    pushed = queue.push(topic, "a")  # or a lookup made before the task was claimed
+    owner = queue.register_owner("node-a")
+    (polled,) = queue.poll(topic, owner=owner)
+    act = {
+        "complete": lambda task: queue.complete(task, Decision.success()),
+        "release": queue.release,
+    }[action]
+    with pytest.raises(TaskNotClaimedError) as refused:
+        act(pushed)
+    assert str(refused.value) == (
+        f"Cannot {action} task #{pushed.pk}: this Task object carries no claim (its exec_id is "
+        f"None): it was not returned by queue.poll (it came from queue.push, or from a lookup "
+        f"made before the task was claimed). The task is active under the claim "
+        f"{polled.exec_id} of 'node-a'; a claim is identified by the exec_id queue.poll gives "
+        f"the task. {action.capitalize()} the Task object queue.poll returned, or look the task "
+        f"up again (Task.objects.get(pk={pushed.pk})) to {action} it under its current claim."
+    )
+    assert Task.objects.get(pk=pushed.pk).state == TaskState.ACTIVE  # nothing written
+    act(Task.objects.get(pk=pushed.pk))  # looked up again: it carries the current claim
+    assert Task.objects.get(pk=pushed.pk).state != TaskState.ACTIVE
 
 
 def test_completing_a_replaced_task_says_so(topic, active):
@@ -87,10 +117,22 @@ def test_completing_a_replaced_task_says_so(topic, active):
 
 
 def test_completing_after_the_claim_was_lost(topic, active):
-    Task.objects.filter(pk=active.pk).update(state=TaskState.PENDING, exec_id=None)
-    (again,) = queue.poll(topic)
-    with pytest.raises(StaleClaimError, match="lost"):
+    Task.objects.filter(pk=active.pk).update(state=TaskState.PENDING, exec_id=None)  # expired
+    with pytest.raises(StaleClaimError) as refused:
         queue.complete(active, Decision.success())
+    assert str(refused.value) == (
+        f"Cannot complete task #{active.pk}: its claim {active.exec_id} was lost (it expired "
+        f"because its owner was declared dead, or it was released); it is now pending. "
+        f"Do not retry."
+    )
+    (again,) = queue.poll(topic)
+    with pytest.raises(StaleClaimError) as refused:
+        queue.complete(active, Decision.success())
+    assert str(refused.value) == (
+        f"Cannot complete task #{active.pk}: its claim {active.exec_id} was lost (it expired "
+        f"because its owner was declared dead, or it was released); it was claimed again and "
+        f"is now active under the claim {again.exec_id}. Do not retry."
+    )
     assert queue.complete(again, Decision.success()).state == TaskState.SUCCEEDED
 
 

@@ -67,6 +67,20 @@ def test_every_second_for_twenty_seconds_runs_once_per_slot():
         assert Run.objects.values("pid").distinct().count() >= 2
 
 
+def test_the_same_function_scheduled_twice_runs_twice():
+    # A reminder per user: two one-time jobs of one function, due now, with no job_id.
+    nodes = start_nodes()
+    try:
+        due = timezone.now()
+        ids = [scheduling.schedule_one_time(RECORD, due, args=[user]) for user in (1, 2)]
+        wait_for(lambda: Run.objects.filter(identifier__in=ids).count() >= 2, timeout=60)
+    finally:
+        stop(nodes)
+    assert len(set(ids)) == 2
+    assert sorted(Run.objects.values_list("identifier", flat=True)) == sorted(ids)
+    assert sorted(job.args for job in PeriodicTask.objects.all()) == [[1], [2]]
+
+
 @pytest.mark.parametrize(
     ("catch_up", "expected"), [("once", [-30]), ("all", [-150, -90, -30]), ("skip", [])]
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -101,7 +102,7 @@ def test_nothing_is_due_before_its_slot():
 def test_one_time_job_runs_once_and_finishes():
     at = timezone.now() + timedelta(minutes=1)
     job_id = scheduling.schedule_one_time(job_functions.record, at, args=[1, 2])
-    assert job_id == "tests.testapp.job_functions.record:one_time"
+    assert re.fullmatch(r"tests\.testapp\.job_functions\.record:one_time:[0-9a-f]{16}", job_id)
     (run,) = scheduler.submit_due(now=at)
     assert run.payload["args"] == [1, 2]
     job = PeriodicTask.objects.get(pk=job_id)
@@ -160,6 +161,51 @@ def test_scheduling_the_same_id_again_updates_it():
     scheduling.schedule_periodic(RECORD, "daily", job_id="j", args=[7])
     job = PeriodicTask.objects.get()
     assert (job.timer, job.args) == ("*-*-* 00:00:00", [7])
+
+
+SCHEDULE_CALLS = {
+    "one_time": lambda **options: scheduling.schedule_one_time(
+        RECORD, timezone.now() - timedelta(seconds=1), **options
+    ),
+    "recurring": lambda **options: scheduling.schedule_recurring(
+        RECORD, 60, start_time=timezone.now() - timedelta(seconds=1), **options
+    ),
+    "periodic": lambda **options: scheduling.schedule_periodic(RECORD, "*:*:0/10", **options),
+}
+
+
+@pytest.mark.parametrize("kind", SCHEDULE_CALLS)
+def test_each_call_without_a_job_id_schedules_a_new_job(kind):
+    # A reminder per user: the same function twice, with different arguments.
+    first = SCHEDULE_CALLS[kind](args=[1])
+    second = SCHEDULE_CALLS[kind](args=[2])
+    assert first != second
+    for job_id in (first, second):
+        assert re.fullmatch(rf"{re.escape(RECORD)}:{kind}:[0-9a-f]{{16}}", job_id)
+    jobs = PeriodicTask.objects.order_by("args")
+    assert [(job.id, job.args) for job in jobs] == [(first, [1]), (second, [2])]
+    now = max(job.nextrun for job in jobs)
+    assert sorted(run.identifier for run in scheduler.submit_due(now=now)) == sorted(
+        [first, second]
+    )
+    ran = {run_job()[0].identifier, run_job()[0].identifier}  # both run
+    assert ran == {first, second}
+
+
+@pytest.mark.parametrize("kind", SCHEDULE_CALLS)
+def test_an_explicit_job_id_updates_the_job_in_place(kind):
+    assert SCHEDULE_CALLS[kind](job_id="reminder", args=[1]) == "reminder"
+    PeriodicTask.objects.filter(pk="reminder").update(paused=True)
+    assert SCHEDULE_CALLS[kind](job_id="reminder", args=[2]) == "reminder"
+    job = PeriodicTask.objects.get()  # still one job
+    assert (job.id, job.args, job.paused) == ("reminder", [2], True)
+
+
+def test_a_generated_id_fits_the_job_id_column():
+    path = "a" * 250
+    job_id = scheduling.new_job_id(path, "recurring")
+    assert len(job_id) == PeriodicTask._meta.get_field("id").max_length == 200
+    assert re.fullmatch(r"a+:recurring:[0-9a-f]{16}", job_id)
 
 
 @pytest.mark.parametrize(
@@ -361,6 +407,26 @@ def test_declared_jobs_are_synchronized():
     assert (changes["updated"], changes["disabled"]) == (["declared-a"], ["declared-b"])
     assert PeriodicTask.objects.get(pk="declared-a").timer == "*-*-* *:00/30:00"
     assert PeriodicTask.objects.get(pk="declared-b").enabled is False  # kept, with its history
+
+
+def test_declared_jobs_keep_their_names_across_restarts():
+    from django_tasks_coord.scheduling import declared
+
+    def start_node():
+        """What a node does at start-up: import the jobs modules (declare), then sync."""
+        declared.forget("tests.testapp.job_functions.noop")
+        scheduling.job("*:0/15")(job_functions.noop)  # named by its dotted path
+        scheduling.job("hourly", name="declared-report")(job_functions.record)
+        return declared.sync_declared()
+
+    names = ["declared-report", "tests.testapp.job_functions.noop"]
+    assert sorted(start_node()["created"]) == names
+    PeriodicTask.objects.update(run_count=3)
+    before = {job.id: job.nextrun for job in PeriodicTask.objects.all()}
+    for _ in range(2):
+        assert sorted(start_node()["unchanged"]) == names
+    assert {job.id: job.nextrun for job in PeriodicTask.objects.all()} == before  # no new job
+    assert set(PeriodicTask.objects.values_list("run_count", flat=True)) == {3}
 
 
 def test_declaring_a_name_twice_is_refused():

@@ -4,12 +4,14 @@
 Usage (on a machine with systemd 252 or later)::
 
     python tests/timers/generate_systemd_data.py            # write the data files
-    python tests/timers/generate_systemd_data.py --compare 5000 [--seed N]
+    python tests/timers/generate_systemd_data.py --compare 5000 [--seed N] [--new-year]
 
 The first form writes ``tests/timers/data/calendar_*.json``. The tests only read those
 files; they never need systemd. ``--compare`` writes nothing: it runs that many random
 events (half of them from base times near DST changes in 17 zones) through systemd's
-library and through ``django_tasks_coord.timers`` and reports every difference.
+library (corrected for systemd#40260, below) and through ``django_tasks_coord.timers``
+and reports every difference; with ``--new-year``, events with day repetitions from
+base times in December.
 
 How the data is made:
 
@@ -21,6 +23,12 @@ How the data is made:
   ctypes: ``calendar_spec_from_string``/``_to_string``/``_next_usec``) to get the
   microseconds. The two must agree (validity, normalized form, elapses to the
   second); the script stops on any disagreement.
+* systemd 252 has a bug that we do not reproduce (systemd issue #40260, fixed by PR
+  #40266, merged after v259): when a day repetition runs past the end of December
+  ("day 34" of December is 3 January), the search went on from that day of January
+  instead of from 1 January, skipping the days before it. The oracle's output is
+  corrected for it (see ``Correction40260``); corrected cases carry
+  ``"corrected": "systemd#40260"`` and systemd's own elapses as ``"uncorrected"``.
 * Cases: a curated list covering every construct of systemd.time(7) (weekdays,
   ranges, repetitions, two-digit years, ``~``, fractional seconds, shorthands,
   ``@epoch``, time-zone suffixes, impossible dates) and curated invalid events; DST
@@ -40,7 +48,9 @@ import os
 import random
 import subprocess
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -115,6 +125,30 @@ INVALID = [
     "Mon 09:00 Europe//Berlin", "Mon 09:00 /etc/localtime", "*:*:1..1.5", "1..1..2:00",
     "1/2/3:00", "Mon\t09:00", "Mon 09:00\n", "*:*:0.", "*:*:.5", "12:00:00.", "-1:00",
     "+1:00", "1e3:00", "0x10:00", "\uff11\uff12:00",
+]  # fmt: skip
+
+# Day repetitions across the new year (systemd#40260, see Correction40260): (spec, zone,
+# base, number of elapses). The first ten are affected; the last six cross the new year
+# too, but the bug does not change them (a range stops at its end, a repetition reaching
+# 32 December, no January, an hour running past 31 December, a "~" day whose January
+# values all lie after the overflow day, the year 2199).
+YEAR_BOUNDARY = [
+    ("*-*-1/11 23:00:00", "Europe/Berlin", datetime(2025, 10, 31, 23, tzinfo=UTC), 10),
+    ("*-*-1/7 09:00", "UTC", datetime(2027, 12, 20, tzinfo=UTC), 14),
+    ("*-*-1/7", "Australia/Sydney", datetime(2024, 12, 20, tzinfo=UTC), 10),
+    ("*-*-1/7", "Pacific/Auckland", datetime(2025, 12, 25, 12, tzinfo=UTC), 10),
+    ("*-1/11-1/9", "UTC", datetime(2025, 12, 20, tzinfo=UTC), 8),
+    ("*-1/11-1/9", "America/New_York", datetime(2023, 12, 25, tzinfo=UTC), 8),
+    ("Thu *-*-1/7", "UTC", datetime(2025, 12, 1, tzinfo=UTC), 6),
+    ("*-*~25/20", "UTC", datetime(2025, 12, 20, tzinfo=UTC), 6),
+    ("*-*-2..20/9,1/11 06:30", "Asia/Tokyo", datetime(2025, 12, 15, tzinfo=UTC), 10),
+    ("2027..2028-*-1/9 12:00", "UTC", datetime(2027, 12, 20, tzinfo=UTC), 12),
+    ("*-*-1..31/11", "UTC", datetime(2025, 12, 20, tzinfo=UTC), 4),
+    ("*-*-2/10", "Europe/London", datetime(2025, 12, 20, tzinfo=UTC), 4),
+    ("*-12-1/7", "UTC", datetime(2025, 12, 20, tzinfo=UTC), 4),
+    ("*-*-1/30 0/7:00", "UTC", datetime(2025, 12, 31, 20, tzinfo=UTC), 4),
+    ("*-*~07/5", "UTC", datetime(2025, 12, 20, tzinfo=UTC), 4),
+    ("*-*-1/7", "UTC", datetime(2199, 12, 20, tzinfo=UTC), 3),
 ]  # fmt: skip
 
 DST_SPECS = [
@@ -235,6 +269,126 @@ def mutate(rng: random.Random, text: str) -> str:
 
 # -- the oracle ------------------------------------------------------------------------------
 
+MAX_YEAR = 2199  # systemd's: nothing elapses after the end of that year
+
+
+def _field(text: str) -> list[tuple[int, int, int]] | None:
+    """A month or day field of systemd's normalized form: [(start, stop or -1, repeat)].
+
+    ``None`` for ``*``; a range without a repetition repeats by 1.
+    """
+    if text == "*":
+        return None
+    components = []
+    for item in text.split(","):
+        value, _, repeat = item.partition("/")
+        start, _, stop = value.partition("..")
+        step = int(repeat) if repeat else (1 if stop else 0)
+        components.append((int(start), int(stop) if stop else -1, step))
+    return components
+
+
+def _first_match(chain: list[tuple[int, int, int]], value: int) -> int | None:
+    """systemd's find_matching_component(): the smallest value >= ``value`` (may overflow)."""
+    best = None
+    for start, stop, repeat in chain:
+        if start >= value:
+            candidate = start
+        elif repeat > 0:
+            candidate = start + repeat * -((start - value) // repeat)
+            if 0 <= stop < candidate:
+                continue
+        else:
+            continue
+        best = candidate if best is None else min(best, candidate)
+    return best
+
+
+class CannotCorrect(Exception):
+    """The correction's premises do not hold for this search (see Correction40260)."""
+
+
+class Correction40260:
+    """systemd issue #40260, fixed by PR #40266, corrected in systemd 252's output.
+
+    The bug. systemd's search (``find_next()`` in ``src/shared/calendarspec.c``) moves
+    field by field and, when a field's next value is out of range, lets ``mktime()``
+    normalize it and goes on from the normalized time (``tm_within_bounds()``). If the
+    *year* changed, systemd before the fix resets the month to January but keeps the day:
+    a day repetition past the end of December ("day 34" is 3 January) goes on from
+    3 January and skips 1 and 2 January. PR #40266 also resets the day to 1.
+
+    The criterion. Only one way into a new year leaves the day at 2 or more: the day
+    field's next value in December is 33 or more. So a spec can be affected only if
+    December is in its month field and, in December (31 days; for ``~`` values counted
+    from its end), its day field's next value from day 31 exists and is >= 33 (an open
+    repetition such as ``1/11``, days 1, 12, 23, 34; never a range ``a..b/r``, which
+    stops at ``b``). Then day 31 never matches, so no hour, minute or second of
+    31 December can carry the search over either: every way such a search enters a
+    new year (year or month field, no further day value, the buggy day overflow)
+    lands, in the fixed search, on 1 January 00:00:00.000000 of that year, exactly
+    where a search started from the year's first microsecond begins. Hence the
+    correction: for an affected spec, when systemd's next elapse lies in a later
+    local year than the search's start, the corrected next elapse is the corrected
+    next elapse after the last microsecond of the start's year, asked of systemd
+    again. Everything else is systemd's answer as it is.
+
+    Two premises are checked, and the case is refused (``CannotCorrect``) where they
+    fail: the zone's UTC offset does not change within two days of the new year (or
+    ``mktime()`` could move 1 January itself), and systemd did not give up (EDEADLK)
+    during an affected search (its 1000-round count would differ in the fixed search).
+    """
+
+    def __init__(self, normalized: str, zone: str) -> None:
+        tokens = normalized.split()
+        time_at = next(i for i, token in enumerate(tokens) if ":" in token)
+        date = tokens[time_at - 1]
+        suffix = tokens[time_at + 1 :]
+        self.zone = ZoneInfo(suffix[0] if suffix else zone)
+        if "~" in date:
+            head, day = date.split("~")
+        else:
+            head, day = date.rsplit("-", 1)
+        months, days = _field(head.split("-")[-1]), _field(day)
+        self.affected = False
+        if days is not None and (months is None or _first_match(months, 12) == 12):
+            if "~" in date:
+                # find_end_of_month() in December: day c of "~c" is 32 - c; no stop is -1.
+                days = [
+                    (min(a, b), max(a, b), r) if b > 0 else (a, b, r)
+                    for a, b, r in ((32 - c, 32 - e if e >= 0 else -1, r) for c, e, r in days)
+                ]
+            after = _first_match(days, 31)
+            self.affected = after is not None and after >= 33
+
+    def next(self, raw: Callable[[int], tuple[int, int]], current: int) -> tuple[int, int]:
+        """(next elapse in µs, 0) or (0, errno), as systemd with PR #40266 answers."""
+        while True:
+            found, error = raw(current)
+            if not self.affected:
+                return found, error
+            year = self._local(current + 1).year
+            boundary = self._new_year(year + 1)
+            if error == 0 and found < boundary:
+                return found, 0
+            if error not in (0, errno.ENOENT):
+                raise CannotCorrect(f"systemd failed ({error_name(error)}) on an affected search")
+            if year + 1 > MAX_YEAR:
+                return 0, errno.ENOENT
+            current = boundary - 1
+
+    def _local(self, usec: int) -> datetime:
+        epoch = datetime(1970, 1, 1, tzinfo=UTC)
+        return (epoch + timedelta(microseconds=usec)).astimezone(self.zone)
+
+    def _new_year(self, year: int) -> int:
+        """1 January 00:00 of ``year`` in the zone, in µs since the epoch."""
+        moment = datetime(year, 1, 1, tzinfo=self.zone)
+        offsets = {(moment + timedelta(hours=h)).utcoffset() for h in range(-48, 49)}
+        if len(offsets) != 1:
+            raise CannotCorrect(f"{self.zone} changes its offset near {moment}")
+        return int(moment.timestamp()) * 1_000_000
+
 
 class Oracle:
     """systemd-analyze, cross-checked with libsystemd-shared for microseconds."""
@@ -260,9 +414,12 @@ class Oracle:
         self.zone = ""
 
     def library(
-        self, spec: str, zone: str, base: int, count: int
+        self, spec: str, zone: str, base: int, count: int, *, corrected: bool = False
     ) -> tuple[str | None, list[int], int]:
-        """(normalized form, elapses in µs, errno that stopped the iteration or 0)."""
+        """(normalized form, elapses in µs, errno that stopped the iteration or 0).
+
+        ``corrected``: with systemd#40260 corrected (see :class:`Correction40260`).
+        """
         if zone != self.zone:
             os.environ["TZ"] = zone
             self.libc.tzset()
@@ -273,20 +430,27 @@ class Oracle:
         text = ctypes.c_char_p()
         if self.lib.calendar_spec_to_string(handle, ctypes.byref(text)) < 0:
             sys.exit(f"cannot format {spec!r}")
+        assert text.value is not None
+        normalized = text.value.decode()
+
+        def raw(after: int) -> tuple[int, int]:
+            found = ctypes.c_uint64()
+            result = self.lib.calendar_spec_next_usec(handle, after, ctypes.byref(found))
+            return (0, -result) if result < 0 else (found.value, 0)
+
+        next_elapse = partial(Correction40260(normalized, zone).next, raw) if corrected else raw
         elapses: list[int] = []
         current = base
         error = 0
-        for _ in range(count):
-            found = ctypes.c_uint64()
-            result = self.lib.calendar_spec_next_usec(handle, current, ctypes.byref(found))
-            if result < 0:
-                error = -result
-                break
-            elapses.append(found.value)
-            current = found.value
-        self.lib.calendar_spec_free(handle)
-        assert text.value is not None
-        return text.value.decode(), elapses, error
+        try:
+            for _ in range(count):
+                current, error = next_elapse(current)
+                if error:
+                    break
+                elapses.append(current)
+        finally:
+            self.lib.calendar_spec_free(handle)
+        return normalized, elapses, error
 
     def analyze(self, spec: str, zone: str, base: int, count: int) -> tuple[str | None, list[int]]:
         """(normalized form, elapses to the second) as printed by systemd-analyze."""
@@ -324,6 +488,7 @@ class Oracle:
         self, spec: str, zone: str, base: datetime, count: int = ITERATIONS
     ) -> dict[str, object]:
         base_usec = (base - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+        asked = count
         lib_normalized, lib_elapses, error = self.library(spec, zone, base_usec, count)
         if error not in (0, errno.ENOENT):
             # systemd gave up (e.g. EDEADLK, "Infinite loop in calendar calculation"): it
@@ -343,11 +508,25 @@ class Oracle:
         if normalized is None:
             result["valid"] = False
             return result
-        result.update(valid=True, normalized=normalized, elapses=[iso(e) for e in lib_elapses])
-        if error:
+        try:
+            fixed = self.library(spec, zone, base_usec, asked, corrected=True)[1:]
+        except CannotCorrect as problem:
+            sys.exit(f"cannot correct {spec!r} in {zone} from {base} for systemd#40260: {problem}")
+        result.update(valid=True, normalized=normalized, elapses=[iso(e) for e in fixed[0]])
+        if fixed[1]:
             # Fewer elapses than asked: "never" (ENOENT) or systemd gave up (EDEADLK...).
-            result["then"] = "EDEADLK" if error == errno.EDEADLK else errno.errorcode[error]
+            result["then"] = error_name(fixed[1])
+        if fixed != (lib_elapses, error):
+            result["corrected"] = "systemd#40260"
+            result["uncorrected"] = [iso(e) for e in lib_elapses]
+            if error:
+                result["uncorrected_then"] = error_name(error)
         return result
+
+
+def error_name(error: int) -> str:
+    """ENOENT, EDEADLK... (``errno.errorcode`` says EDEADLOCK, its alias on Linux)."""
+    return "EDEADLK" if error == errno.EDEADLK else errno.errorcode[error]
 
 
 def iso(usec: int) -> str:
@@ -395,8 +574,27 @@ COMPARE_ZONES = [*ZONES, "Europe/Moscow", "Pacific/Apia", "Asia/Tehran", "Americ
                  "Pacific/Chatham"]  # fmt: skip
 
 
-def compare(oracle: Oracle, count: int, seed: int) -> None:
-    """Differential test against our implementation (see the module docstring)."""
+def new_year_event(rng: random.Random) -> str:
+    """A random event with a day repetition, for searches across the new year (#40260)."""
+    start = rng.randint(1, 30)
+    day = f"{start}/{rng.randint(1, 31 - start)}"
+    if rng.random() < 0.3:
+        day += "," + _component(rng, 1, 31, 2, False)
+    sep = "~" if rng.random() < 0.2 and start <= 28 else "-"
+    month = rng.choice(["*", "*", "12,1", "1/11", "12", "11..12", "1..12/2", "2/5"])
+    year = rng.choice(["*", "*", "*", "2027..2028", "2024..2032/4"])
+    time = rng.choice(["00:00", "23:59:59.5", "12:30", "0/7:00", "*:0/20"])
+    parts = [f"{year}-{month}{sep}{day}", time]
+    if rng.random() < 0.2:
+        parts.insert(0, _weekdays(rng))
+    return " ".join(parts)
+
+
+def compare(oracle: Oracle, count: int, seed: int, new_year: bool = False) -> None:
+    """Differential test against our implementation (see the module docstring).
+
+    ``new_year``: day repetitions from base times in December instead (systemd#40260).
+    """
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from django_tasks_coord.exceptions import TimerError
     from django_tasks_coord.timers import CalendarEvent
@@ -406,17 +604,29 @@ def compare(oracle: Oracle, count: int, seed: int) -> None:
     rng = random.Random(seed)
     changes = {zone: transitions(zone, range(2010, 2027)) for zone in COMPARE_ZONES}
     differences = 0
+    corrected = skipped = 0
     for index in range(count):
         spec = random_event(rng) if rng.random() < 0.7 else rng.choice(DST_SPECS)
         if rng.random() < 0.2:
             spec = mutate(rng, spec)
         zone = rng.choice(COMPARE_ZONES)
-        if index % 2 and changes[zone]:
+        if new_year:
+            spec = new_year_event(rng)
+            base = datetime(rng.randint(1990, 2199), 12, 1, tzinfo=UTC) + timedelta(
+                seconds=rng.randint(-40 * 86400, 31 * 86400)
+            )
+        elif index % 2 and changes[zone]:
             base = rng.choice(changes[zone]) + timedelta(seconds=rng.randint(-2 * 86400, 3 * 3600))
         else:
             base = datetime(2000, 1, 1, tzinfo=UTC) + timedelta(seconds=rng.randint(0, 10**9))
         base_usec = (base - epoch) // one + rng.choice([0, 0, 500_000])
-        expected = oracle.library(spec, zone, base_usec, ITERATIONS)[:2]
+        try:
+            expected = oracle.library(spec, zone, base_usec, ITERATIONS, corrected=True)[:2]
+        except CannotCorrect:
+            skipped += 1
+            continue
+        if expected != oracle.library(spec, zone, base_usec, ITERATIONS)[:2]:
+            corrected += 1
         try:
             event = CalendarEvent(spec, tz=zone)
         except TimerError:
@@ -435,7 +645,10 @@ def compare(oracle: Oracle, count: int, seed: int) -> None:
             print(f"DIFFERENT {spec!r} in {zone} after {iso(base_usec)}")
             print(f"  systemd: {expected[0]!r} {[iso(e) for e in expected[1]]}")
             print(f"  ours:    {found[0]!r} {[iso(e) for e in found[1]]}")
-    print(f"{count} events compared, {differences} different")
+    print(
+        f"{count} events compared, {differences} different; {corrected} corrected for "
+        f"systemd#40260, {skipped} skipped (the correction's premises do not hold)"
+    )
 
 
 def main() -> None:
@@ -443,10 +656,13 @@ def main() -> None:
     parser.add_argument("--random", type=int, default=700, help="number of random events")
     parser.add_argument("--compare", type=int, help="compare N random events, write nothing")
     parser.add_argument("--seed", type=int, default=1, help="seed for --compare")
+    parser.add_argument(
+        "--new-year", action="store_true", help="--compare day repetitions across new year"
+    )
     args = parser.parse_args()
     oracle = Oracle()
     if args.compare:
-        compare(oracle, args.compare, args.seed)
+        compare(oracle, args.compare, args.seed, args.new_year)
         return
     rng = random.Random(SEED)
     bases = [BASE_DEFAULT, datetime(2024, 2, 27, 22, 30, tzinfo=UTC),
@@ -463,6 +679,8 @@ def main() -> None:
     for spec, zone in [("*-02-13/14 00:00:00", "America/New_York"),
                        ("Sun *-03~07/1 01:30", "Europe/London")]:  # fmt: skip
         curated.append(oracle.case(spec, zone, BASE_DEFAULT))
+    for spec, zone, base, count in YEAR_BOUNDARY:
+        curated.append(oracle.case(spec, zone, base, count))
     write("calendar_curated.json", oracle, curated)
 
     dst = []

@@ -4,18 +4,22 @@ Every case of ``tests/timers/data`` gives a spec, a zone (systemd's local zone, 
 ``tz``), a base instant, and the successive elapses systemd computed from it (exact to
 the microsecond), then whether systemd found no further elapse (``ENOENT``) or gave up
 (``EDEADLK``, its "Infinite loop in calendar calculation" safety valve): in both cases
-``next_after`` returns ``None``.
+``next_after`` returns ``None``. Cases marked ``"corrected": "systemd#40260"`` carry
+systemd's elapses with that bug (fixed after 252) corrected; ``"uncorrected"`` keeps
+systemd 252's own (``tests/timers/data/README.md``).
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
 
 from django_tasks_coord.exceptions import TimerError
-from django_tasks_coord.timers import CalendarEvent
+from django_tasks_coord.timers import CalendarEvent, _calendar_search
+from django_tasks_coord.timers._localtime import Fields
 from tests.timers._data import cases, instant
 
 
@@ -34,6 +38,62 @@ def test_elapses_match_systemd(case: dict[str, object]) -> None:
         current = found
     if case.get("then"):
         assert event.next_after(current) is None
+
+
+_SETTLE = _calendar_search._settle
+
+
+def _settle_before_40266(raw: Fields, normalized: Fields) -> tuple[int, Fields]:
+    """``_settle`` before systemd PR #40266: a change of year reset the month only."""
+    if normalized[0] != raw[0]:
+        y, _, d, h, mi, s = normalized
+        return (0 if normalized[0] > raw[0] else -1), (y, 1, d, h, mi, s)
+    return _SETTLE(raw, normalized)
+
+
+@pytest.fixture
+def systemd_before_40266(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Our search with systemd#40260 put back (both of its searches use ``_settle``)."""
+    monkeypatch.setattr(_calendar_search, "_settle", _settle_before_40266)
+
+
+def _elapses(case: dict[str, Any], count: int) -> list[str]:
+    event = CalendarEvent(str(case["spec"]), tz=str(case["zone"]))
+    found = event.elapses(instant(str(case["base"])), count)
+    return [e.astimezone(UTC).isoformat().replace("+00:00", "Z") for e in found]
+
+
+CORRECTED = [c for c in cases(valid=True) if c.values[0].get("corrected")]
+
+
+def test_the_data_corrects_systemd_40260() -> None:
+    # The one vector of the original data that carried the bug, and the curated ones.
+    assert len(CORRECTED) == 11
+    assert {c.values[0]["corrected"] for c in CORRECTED} == {"systemd#40260"}
+
+
+@pytest.mark.usefixtures("systemd_before_40266")
+@pytest.mark.parametrize("case", CORRECTED)
+def test_corrected_vectors_differ_from_systemd_252_by_the_bug_only(
+    case: dict[str, Any],
+) -> None:
+    # With the bug put back, our search gives systemd 252's own elapses exactly.
+    uncorrected = case["uncorrected"]
+    assert _elapses(case, len(uncorrected)) == uncorrected
+    assert uncorrected != case["elapses"]
+
+
+@pytest.mark.usefixtures("systemd_before_40266")
+def test_the_bug_changes_no_other_vector() -> None:
+    # The generator's criterion missed nothing: every vector it left alone is the same
+    # with and without the fix.
+    changed = [
+        (case["spec"], case["zone"], case["base"])
+        for param in cases(valid=True)
+        if not (case := param.values[0]).get("corrected")
+        and _elapses(case, len(case["elapses"])) != case["elapses"]
+    ]
+    assert changed == []
 
 
 def test_dst_data_covers_both_hemispheres() -> None:
@@ -128,3 +188,50 @@ class TestNextAfter:
         assert event.matches(berlin(2024, 1, 1, 9))
         assert not event.matches(berlin(2024, 1, 6, 9))  # a Saturday
         assert not event.matches(berlin(2024, 1, 1, 9, 0, 1))
+
+
+class TestDayRepetitionsAcrossNewYear:
+    """systemd#40260, fixed by systemd PR #40266 (merged after v259): we follow the fix.
+
+    When a day repetition runs past the end of December (day 34 of December is January 3),
+    systemd before the fix continued from that normalized day and so skipped the
+    days of January before it, 1 January included. The fix restarts the new year on
+    1 January, exactly as a search started there would.
+    """
+
+    def days(self, spec: str, after: datetime, count: int, tz: str = "UTC") -> list[str]:
+        event = CalendarEvent(spec, tz=tz)
+        return [e.strftime("%Y-%m-%d %H:%M") for e in event.elapses(after, count)]
+
+    def test_the_reported_case_fires_on_1_january(self) -> None:
+        # The issue: '*-*-1/11 23:00:00' from 2025-11-01, Europe/Berlin.
+        assert self.days(
+            "*-*-1/11 23:00:00", datetime(2025, 11, 1, tzinfo=UTC), 7, tz="Europe/Berlin"
+        ) == [
+            "2025-11-01 23:00", "2025-11-12 23:00", "2025-11-23 23:00", "2025-12-01 23:00",
+            "2025-12-12 23:00", "2025-12-23 23:00", "2026-01-01 23:00",
+        ]  # fmt: skip
+
+    def test_weekly_days_into_a_leap_year(self) -> None:
+        # Days 1, 8, 15, 22, 29: 29 December runs on to "36 December", 5 January.
+        assert self.days("*-*-1/7 09:00", datetime(2027, 12, 28, tzinfo=UTC), 4) == [
+            "2027-12-29 09:00", "2028-01-01 09:00", "2028-01-08 09:00", "2028-01-15 09:00",
+        ]  # fmt: skip
+
+    def test_a_month_repetition_with_a_day_repetition(self) -> None:
+        # Months 1 and 12, days 1, 10, 19, 28 (37 December is 6 January).
+        assert self.days("*-1/11-1/9", datetime(2025, 12, 20, tzinfo=UTC), 3) == [
+            "2025-12-28 00:00", "2026-01-01 00:00", "2026-01-10 00:00",
+        ]  # fmt: skip
+
+    def test_a_weekday_that_falls_on_1_january(self) -> None:
+        # 1 January 2026 is a Thursday.
+        assert self.days("Thu *-*-1/7", datetime(2025, 12, 1, tzinfo=UTC), 2) == [
+            "2026-01-01 00:00", "2026-01-08 00:00",
+        ]  # fmt: skip
+
+    def test_from_the_end_of_the_month(self) -> None:
+        # '~25/20' is days 7 and 27 of a 31-day month; 47 December is 16 January.
+        assert self.days("*-*~25/20", datetime(2025, 12, 20, tzinfo=UTC), 3) == [
+            "2025-12-27 00:00", "2026-01-07 00:00", "2026-01-27 00:00",
+        ]  # fmt: skip

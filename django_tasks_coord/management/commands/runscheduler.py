@@ -13,6 +13,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_tasks_coord import definitions, handlers
+from django_tasks_coord.conf import DEFAULTS, app_settings
 from django_tasks_coord.exceptions import ConfigurationError, DuplicateOwnerError
 from django_tasks_coord.node import Node, NodeConfig
 
@@ -36,6 +37,22 @@ positive_int = _number(int, 1, "an integer")
 non_negative_float = _number(float, 0, "a number")
 
 
+def _help(text: str, setting: str, when_unset: str | None = None) -> str:
+    """``text`` and the flag's default: the value of ``TASKS_COORD[setting]`` in force.
+
+    Read when the parser is built (``--help``, or a run), never at import: the value shown is
+    the project's own, or the app's default, and ``when_unset`` says what None means.
+    """
+    try:
+        value = getattr(app_settings, setting)
+    except ConfigurationError:  # a bad TASKS_COORD: the run reports it; help shows the app's
+        value = DEFAULTS[setting]
+    shown = when_unset if value is None and when_unset is not None else repr(value)
+    if isinstance(value, tuple | list):
+        shown = " ".join(map(str, value))
+    return f"{text} Default: {shown} (TASKS_COORD['{setting}'])."
+
+
 VERBOSITY_LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
 
 
@@ -46,29 +63,41 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--node-id", help="This node's unique id (default: host:pid:random).")
         parser.add_argument(
-            "--group", help="Coordination group for warm backup (TASKS_COORD['GROUP'])."
+            "--node-id", help=_help("This node's unique id.", "NODE_ID", "host:pid:random")
         )
         parser.add_argument(
-            "--workers", type=positive_int, help="Worker threads (TASKS_COORD['WORKERS'])."
+            "--group",
+            help=_help("Coordination group for warm backup.", "GROUP", "no group"),
+        )
+        parser.add_argument(
+            "--workers", type=positive_int, help=_help("Worker threads.", "WORKERS")
         )
         parser.add_argument(
             "--topic",
             action="append",
             dest="topics",
             metavar="TOPIC",
-            help="Process this topic (repeatable; default: every topic with a consumer).",
+            help=_help("Process this topic (repeatable).", "TOPICS", "every topic with a consumer"),
         )
-        parser.add_argument("--burst", action="store_true", help="Process what is due, then exit.")
-        parser.add_argument("--batch-size", type=positive_int, help="Tasks per claim query.")
         parser.add_argument(
-            "--poll-interval", type=non_negative_float, help="Seconds between polls when idle."
+            "--burst",
+            action="store_true",
+            help="Process what is due, scheduled jobs included, then exit (default: run until "
+            "stopped).",
+        )
+        parser.add_argument(
+            "--batch-size", type=positive_int, help=_help("Tasks per claim query.", "BATCH_SIZE")
+        )
+        parser.add_argument(
+            "--poll-interval",
+            type=non_negative_float,
+            help=_help("Seconds between polls when idle.", "POLL_INTERVAL"),
         )
         parser.add_argument(
             "--shutdown-max-wait",
             type=non_negative_float,
-            help="Seconds running tasks get to finish after SIGTERM.",
+            help=_help("Seconds running tasks get to finish after SIGTERM.", "SHUTDOWN_MAX_WAIT"),
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
