@@ -253,8 +253,9 @@ def test_a_failed_attempt_whose_retry_could_not_be_read_is_retried_not_stuck(
     queue.push("work", "t", {"fail_times": 1})
     assert run(make_node(), timeout=30) == 0  # not stuck with a task it holds
     task = Task.objects.get()
-    assert (task.state, task.attempts) == (TaskState.PENDING, 1)  # released for its retry
-    assert task.execute_at is not None and task.owner_id is None
+    # Released for its retry (and, if the burst was still there when it came due, retried).
+    assert (task.state, task.attempts) in {(TaskState.PENDING, 1), (TaskState.SUCCEEDED, 2)}
+    assert task.owner_id is None
 
 
 @pytest.mark.django_db(transaction=True)

@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from django_tasks_coord import queue, scheduling
 from django_tasks_coord.enums import TaskState
-from django_tasks_coord.models import Owner, Task
+from django_tasks_coord.models import HealthCheck, Owner, Task
 from django_tasks_coord.scheduling import JOBS_TOPIC
 from tests.processes import ROOT, reap, subprocess_env, wait_for
 from tests.servers import PrivatePostgres, terminate_connections
@@ -122,7 +122,9 @@ def test_a_database_outage_stops_no_node_and_loses_no_work(outage, request, tmp_
     logs = tmp_path
     nodes = [start_node(logs / f"node{i}.log") for i in range(NODES)]
     try:
+        # Started for good (start-up itself is not retried): registered and in the group.
         wait_for(lambda: Owner.objects.count() == NODES, timeout=60)
+        wait_for(lambda: HealthCheck.objects.filter(group_id="g").count() == NODES, timeout=60)
         wait_for(lambda: Run.objects.filter(topic="steady").count() >= 50, timeout=60)
         wait_for(lambda: ticks_since(start) >= 2 and ticks_since(start, "lead") >= 2, timeout=60)
         assert unfinished() > 0, "the outage must come while work is in flight"
