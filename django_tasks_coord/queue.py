@@ -18,13 +18,14 @@ otherwise: nothing is ever half-written, and a push inside a rolled-back
 
 from __future__ import annotations
 
+import time
 import traceback
 import uuid
 from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db import IntegrityError, models
+from django.db import DatabaseError, IntegrityError, models
 from django.db.models import Exists, F, OuterRef, Q, Subquery
 from django.utils import timezone
 
@@ -323,28 +324,60 @@ def _claim(
     using: str,
     conn: Any,
 ) -> list[Task]:
-    """Lock up to ``limit`` due tasks (skipping locked ones) and mark them ACTIVE for ``owner``."""
-    with db.write_transaction():
-        qs: models.QuerySet[Task] = Task.objects.using(using).for_topic(name).due()
-        if condition is not None:
-            qs = _apply_condition(qs, condition)
-        sequence = "sequence" if order is Order.FIFO else "-sequence"
-        qs = qs.order_by("-priority", sequence).select_for_update(**db.lock_kwargs(conn))
-        tasks = list(qs[:limit])
-        if not tasks:
-            return []
-        now, exec_id = timezone.now(), uuid.uuid4()
-        Task.objects.using(using).rows(tasks).update(
-            state=TaskState.ACTIVE,
-            owner=owner,
-            exec_id=exec_id,
-            attempts=F("attempts") + 1,
-            started_at=now,
-            finished_at=None,
-        )
+    """Lock up to ``limit`` due tasks (skipping locked ones) and mark them ACTIVE for ``owner``.
+
+    If the connection breaks as the claim commits, the commit may have gone through: the
+    claimed rows are looked for by their new ``exec_id`` once the database answers, and
+    returned if they are there, rather than left ACTIVE with nobody knowing of them.
+    """
+    tasks: list[Task] = []
+    now, exec_id = timezone.now(), uuid.uuid4()
+    try:
+        with db.write_transaction():
+            qs: models.QuerySet[Task] = Task.objects.using(using).for_topic(name).due()
+            if condition is not None:
+                qs = _apply_condition(qs, condition)
+            sequence = "sequence" if order is Order.FIFO else "-sequence"
+            qs = qs.order_by("-priority", sequence).select_for_update(**db.lock_kwargs(conn))
+            tasks = list(qs[:limit])
+            if not tasks:
+                return []
+            now = timezone.now()
+            Task.objects.using(using).rows(tasks).update(
+                state=TaskState.ACTIVE,
+                owner=owner,
+                exec_id=exec_id,
+                attempts=F("attempts") + 1,
+                started_at=now,
+                finished_at=None,
+            )
+    except DatabaseError as exc:
+        if not tasks or not db.connection_lost(exc) or not _claimed(exec_id, using):
+            raise
     for task in tasks:
         task.exec_id, task.started_at = exec_id, now
     return tasks
+
+
+def _claimed(exec_id: uuid.UUID, using: str) -> bool:
+    """Whether a claim whose commit lost its answer went through (waits for the database for
+    up to :data:`CLAIM_CHECK_SECONDS`; False if it does not answer by then)."""
+    deadline = time.monotonic() + CLAIM_CHECK_SECONDS
+    rows = Task.objects.using(using).filter(exec_id=exec_id, state=TaskState.ACTIVE)
+
+    def wait(seconds: float) -> bool:
+        time.sleep(seconds)  # backing off while the database is unreachable
+        return time.monotonic() > deadline
+
+    try:
+        return db.retry_while_lost(rows.exists, what="Checking a claim", wait=wait, using=using)
+    except DatabaseError:
+        return False
+
+
+#: How long :func:`poll` waits for the database to tell whether a claim went through
+#: when the connection broke as it committed.
+CLAIM_CHECK_SECONDS = 30.0
 
 
 # --- complete, release, cancel ---------------------------------------------------------------

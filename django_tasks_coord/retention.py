@@ -450,7 +450,9 @@ class Housekeeper(threading.Thread):
     backlog does not starve the others; when the budget ran out, the next pass comes
     after a pause as long as the pass took (at least one second) instead of a whole
     interval, so retention keeps up with busy topics while using at most half of this
-    thread's time. An error is logged and the next pass tries again.
+    thread's time. An error is logged and the next pass tries again; after a lost
+    database connection that pass comes after :class:`~django_tasks_coord.db.Reconnect`'s
+    back-off instead of a whole interval.
 
     ``clock`` (monotonic seconds) and ``now`` (the current datetime) can be replaced in
     tests; :meth:`tick` runs a pass if one is due.
@@ -478,6 +480,7 @@ class Housekeeper(threading.Thread):
         self.next_pass = clock()
         self._rotation = itertools.count()
         self._sweeps: Sweeps = {}
+        self._reconnect = db.Reconnect("Retention")
 
     def run(self) -> None:
         try:
@@ -495,8 +498,11 @@ class Housekeeper(threading.Thread):
         self.next_pass = started + self.interval
         try:
             counts, backlog = self._pass()
-        except Exception as exc:  # the database may be briefly unreachable; try next time
-            connections[db.alias()].close()
+        except Exception as exc:  # the database may be briefly unreachable; try again
+            if db.connection_lost(exc):  # soon: back off like every loop of the node
+                self.next_pass = self.clock() + self._reconnect.failed(exc)
+                return {}
+            db.reset_connection()
             logger.warning(
                 "Retention pass failed (%s); next pass in %ss.",
                 exc,
@@ -505,6 +511,7 @@ class Housekeeper(threading.Thread):
                 extra={"node": self.node},
             )
             return {}
+        self._reconnect.succeeded()
         if backlog:
             self.next_pass = min(self.next_pass, self.clock() + max(self.clock() - started, 1.0))
         return counts

@@ -204,7 +204,10 @@ class DjangoTaskType(TaskType):
             written = write.wait()
             if written is None:  # the batch failed: complete it alone
                 changes = {**write.changes, "finished_at": timezone.now()}
-                written = _held(task).update(**changes) == 1
+                update = _held(task).update
+                written = (
+                    db.retry_while_lost(lambda: update(**changes), what="Writing an outcome") == 1
+                )
             if not written:
                 logger.warning(
                     "Task %s succeeded but its outcome was not stored: its claim was lost "

@@ -13,6 +13,12 @@ not waited for, and is written only if the attempt still runs :data:`START_DELAY
 seconds later: a shorter attempt's outcome carries its whole log anyway, so most
 tasks cost one batched write. An attempt whose node dies before its start was written
 shows as lost with an unknown worker.
+
+A batch that fails because the database connection broke is written again once the
+database answers (:func:`~django_tasks_coord.db.retry_while_lost`), so outcomes finished
+during an outage are stored, not left to expire. Every write is fenced by its claim, so
+a batch whose commit went through just before the connection broke changes nothing the
+second time, and its completions are recognized by the ``finished_at`` they wrote.
 """
 
 from __future__ import annotations
@@ -142,8 +148,8 @@ class Writer:
         connections[db.alias()].close()
 
     def _write(self, batch: list[Write]) -> None:
-        try:
-            self._flush(batch)
+        try:  # a lost connection: reconnect and write the same batch again (fenced, see _update)
+            db.retry_while_lost(lambda: self._flush(batch), what="Writing task outcomes")
         except Exception:
             logger.exception("Writing %s attempt log(s) or outcome(s) failed.", len(batch))
             connections[db.alias()].close()
@@ -172,8 +178,8 @@ class Writer:
 
     def _update(self, fields: tuple[str, ...], items: list[Write]) -> None:
         finished = timezone.now()
-        for item in items:
-            if item.completes:
+        for item in items:  # once: a retried write must find the time its first try wrote
+            if item.completes and item.changes["finished_at"] is None:
                 item.changes["finished_at"] = finished
         values: dict[str, Any] = {}
         for name in fields:
@@ -210,7 +216,10 @@ class Writer:
             if row is None or row["exec_id"] != item.exec_id:
                 item.ok = False
             elif item.completes:
-                item.ok = row["state"] == item.changes["state"] and row["finished_at"] == finished
+                item.ok = (
+                    row["state"] == item.changes["state"]
+                    and row["finished_at"] == item.changes["finished_at"]
+                )
             else:
                 item.ok = row["state"] == TaskState.ACTIVE
 

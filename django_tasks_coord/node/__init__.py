@@ -193,6 +193,12 @@ class Node:
         """True once a stop was requested (or the node must stop)."""
         return self._stopping.is_set()
 
+    def wait_unless_forced(self, seconds: float) -> bool:
+        """Wait ``seconds`` (a write backing off while the database is unreachable). True,
+        at once, if the node must stop now (declared dead, or a second stop request): a
+        write it gives up is then left to expire."""
+        return self._force.wait(seconds)
+
     def forget_topic(self, topic: str) -> None:
         """Stop claiming ``topic`` at once (this node just paused it) and release its
         buffered tasks."""
@@ -224,6 +230,7 @@ class Node:
     def _dispatch_loop(self) -> None:
         if self.config.burst and self.config.scheduler:
             self._submit_due_slots()
+        reconnect = db.Reconnect("Claiming")
         while not self._stopping.is_set():
             self._wakeup.clear()
             # Burst: read before claiming, so that a round that finds nothing has seen every
@@ -235,13 +242,10 @@ class Node:
             except OwnerExpiredError:  # its owner row is gone: the lifeline registers again
                 self._declared_dead()
                 claimed = 0
-            except DatabaseError as exc:
-                logger.warning(
-                    "Claiming failed (%s); retrying in %ss.", exc, self.config.poll_interval
-                )
-                connections[db.alias()].close()
-                self._stopping.wait(self.config.poll_interval)
+            except DatabaseError as exc:  # a lost connection, a deadlock: reconnect, go on
+                self._stopping.wait(reconnect.failed(exc))
                 continue
+            reconnect.succeeded()
             if quiet and not claimed:
                 logger.info("Burst mode: nothing is due, exiting.")
                 return
@@ -267,17 +271,15 @@ class Node:
 
         assert self.owner is not None
         now = timezone.now()
+        reconnect = db.Reconnect("Scheduling")
         while not self._stopping.is_set():
             try:
                 submitted = scheduler.submit_due(self.owner.name, now=now)
                 next_due = scheduler.next_due()
-            except DatabaseError as exc:
-                logger.warning(
-                    "Scheduling failed (%s); retrying in %ss.", exc, self.config.poll_interval
-                )
-                connections[db.alias()].close()
-                self._stopping.wait(self.config.poll_interval)
+            except DatabaseError as exc:  # a lost connection, a deadlock: reconnect, go on
+                self._stopping.wait(reconnect.failed(exc))
                 continue
+            reconnect.succeeded()
             if next_due is None or next_due > now:
                 return
             if not submitted:  # another node is submitting them: its commit is near
@@ -469,7 +471,11 @@ class Node:
         record_attempt(task_type, task, decision, self.node_id)  # consumers' attempt log
         retry_at = None
         if not final and task_type is not None and decision.result is Result.FAILURE:
-            retry_at = task_type.retry_at(task, decision, timezone.now())
+            retry_at = db.retry_while_lost(  # a job's policy is read from the database
+                functools.partial(task_type.retry_at, task, decision, timezone.now()),
+                what="Scheduling a retry",
+                wait=self.wait_unless_forced,
+            )
         if task.is_completed:  # the handler completed it in its own transaction (fenced run)
             self._completer.put(task_type, task, decision)
         elif task_type is not None and not task_type.may_complete(task):
@@ -493,7 +499,11 @@ class Node:
     def _retry(self, task_type: TaskType, task: Task, decision: Decision, at: datetime) -> None:
         delay = at - timezone.now()
         try:
-            queue.release(task, execute_at=at, decision=decision)
+            db.retry_while_lost(
+                functools.partial(queue.release, task, execute_at=at, decision=decision),
+                what="Scheduling a retry",
+                wait=self.wait_unless_forced,
+            )
         except TasksCoordError as exc:
             logger.warning("Could not schedule a retry of %s: %s", task, exc)
         else:
@@ -643,7 +653,11 @@ class Node:
         pending = Task.objects.using(db.alias()).filter(
             topic_id__in=self._topics, state=TaskState.PENDING, execute_at__isnull=False
         )
-        next_due = pending.aggregate(next=Min("execute_at"))["next"]
+        try:
+            next_due = pending.aggregate(next=Min("execute_at"))["next"]
+        except DatabaseError:  # the next claim round reconnects and backs off
+            db.reset_connection()
+            return min(timeout, self.config.poll_interval)
         if next_due is not None:
             timeout = min(timeout, max((next_due - timezone.now()).total_seconds(), 0.0))
         return timeout
@@ -727,6 +741,7 @@ class Node:
         next_beat = last_beat + self._beat_interval()
         next_sweep = last_beat + self.config.reap_interval
         status = self.config.status_interval
+        reconnect = db.Reconnect("Heartbeat")
         while not self._stopping.is_set():
             wake_at = min(next_beat, next_sweep, last_status + status if status else math.inf)
             woken = self._lifeline_wake.wait(max(wake_at - time.monotonic(), 0.0))
@@ -754,15 +769,16 @@ class Node:
                 if now >= next_sweep:
                     next_sweep = now + self.config.reap_interval  # retried then if it fails
                     next_sweep = now + self._sweep_wait(self._sweep())
+                if status and now - last_status >= status:
+                    last_status = now
+                    self._status_line()
             except TasksCoordError:
                 raise
             except Exception as exc:  # noqa: BLE001 - the database may be briefly unreachable
-                connections[db.alias()].close()
-                logger.warning("Heartbeat failed: %s", exc)
+                reconnect.failed(exc)  # closes the connection; a beat is retried after a beat
                 next_beat = min(next_beat, now + self.config.heartbeat_frequency)
-            if status and now - last_status >= status:
-                last_status = now
-                self._status_line()
+            else:
+                reconnect.succeeded()
 
     def _heartbeat(self) -> bool:
         """Heartbeat this node's owner; False if it may have been declared dead.
@@ -847,6 +863,7 @@ class Node:
 
         assert self.owner is not None
         backoff = self._backoff()
+        reconnect = db.Reconnect("Scheduling")
         submit = not self.config.burst  # a burst submitted the due slots itself
         while not self._stopping.is_set():
             changed = self._schedule_changed.is_set()
@@ -859,9 +876,10 @@ class Node:
                     changed = True
                 next_due = scheduler.next_due()
             except DatabaseError as exc:
-                logger.warning("Scheduling failed (%s); retrying in %ss.", exc, timeout)
-                connections[db.alias()].close()
+                timeout = reconnect.failed(exc)
                 next_due, failed = None, True
+            else:
+                reconnect.succeeded()
             if changed:
                 backoff.reset()
             if not failed:
@@ -941,7 +959,11 @@ class Node:
     def _release(self, tasks: list[Task], *, refund_attempt: bool) -> None:
         for task in tasks:
             try:
-                queue.release(task, refund_attempt=refund_attempt)
+                db.retry_while_lost(
+                    functools.partial(queue.release, task, refund_attempt=refund_attempt),
+                    what="Releasing tasks",
+                    wait=self.wait_unless_forced,
+                )
             except (TasksCoordError, DatabaseError) as exc:
                 logger.debug("Not releasing %s: %s", task, exc)
             finally:

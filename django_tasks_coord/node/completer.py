@@ -7,21 +7,37 @@ it applies error policies and keeps the topics' failure streaks.
 
 A node killed between a task's end and its completion runs that task again after
 the liveness interval: execution is at least once.
+
+A completion that fails because the database connection broke (a restart, a killed
+connection) is not dropped: the completer closes its connection, backs off
+(:class:`~django_tasks_coord.db.Reconnect`) and writes the same batch again until the
+database answers, or until the node must stop at once (declared dead: its tasks belong
+to others then; or a second stop request). Its follow-ups (failure streaks, error
+policies, ``on_outcome``) are retried the same way. Completions are fenced by their
+claim, so a batch whose commit went through just before the connection broke matches
+nothing the second time; such tasks, found finished under their own claim with the
+outcome written, count as completed once.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue as stdlib_queue
 import threading
 from collections import defaultdict
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from django.db import connections
 
 from django_tasks_coord import db, queue, signals, topics
 from django_tasks_coord.enums import Decision, ErrorPolicy, Result
-from django_tasks_coord.exceptions import TaskRedundantError, TasksCoordError
+from django_tasks_coord.exceptions import (
+    TaskAlreadyCompletedError,
+    TaskRedundantError,
+    TasksCoordError,
+)
 from django_tasks_coord.handlers import TaskType
 from django_tasks_coord.models import Task
 
@@ -43,6 +59,8 @@ class Completer(threading.Thread):
         self._items: stdlib_queue.SimpleQueue[Item | None] = stdlib_queue.SimpleQueue()
         self._busy = threading.Event()
         self._stopped = threading.Event()
+        #: Set once a write of the current batch had to be retried after a lost connection.
+        self._reconnected = False
 
     def put(self, task_type: TaskType | None, task: Task, decision: Decision) -> None:
         """Hand over a finished task."""
@@ -74,6 +92,7 @@ class Completer(threading.Thread):
                     else:
                         batch.append(item)
                 if batch:
+                    self._reconnected = False
                     self._write(batch)
                 self._busy.clear()
                 if stop:
@@ -97,8 +116,9 @@ class Completer(threading.Thread):
                 singles.append(item)
         for items in groups.values():
             decision = items[0][2]
+            tasks = [task for _, task, _ in items]
             try:
-                queue.complete_many([task for _, task, _ in items], decision)
+                self._retrying(lambda: queue.complete_many(tasks, decision))  # noqa: B023
             except TasksCoordError:
                 singles.extend(items)  # someone else changed one of them: go one by one
             except Exception:
@@ -112,7 +132,7 @@ class Completer(threading.Thread):
     def _complete_one(self, item: Item) -> None:
         _, task, decision = item
         try:
-            queue.complete(task, decision)
+            self._retrying(lambda: queue.complete(task, decision))
         except TaskRedundantError:
             logger.info(
                 "Task %s was replaced while it ran; its result is discarded.",
@@ -120,6 +140,14 @@ class Completer(threading.Thread):
                 extra=self._extra(task),
             )
             self.node.done(1)
+        except TaskAlreadyCompletedError as exc:
+            if self._reconnected and self._written_before(task, decision):
+                self._completed([item])  # its commit went through as the connection broke
+            else:
+                logger.warning(
+                    "Task %s could not be completed: %s", task, exc, extra=self._extra(task)
+                )
+                self.node.done(1)
         except TasksCoordError as exc:
             logger.warning("Task %s could not be completed: %s", task, exc, extra=self._extra(task))
             self.node.done(1)
@@ -131,6 +159,39 @@ class Completer(threading.Thread):
         else:
             self._completed([item])
 
+    def _retrying(self, write: Callable[[], object]) -> None:
+        """Run ``write``; while the database connection is lost, reconnect and run it again.
+
+        It gives up (raising the error) only once the node must stop at once (declared
+        dead, or a second stop request): its tasks expire then and other nodes run them.
+        """
+
+        def wait(seconds: float) -> bool:
+            self._reconnected = True
+            return self.node.wait_unless_forced(seconds)
+
+        db.retry_while_lost(write, what="Completing tasks", wait=wait)
+
+    def _follow_up(self, call: Callable[..., object], *args: object, **kwargs: object) -> None:
+        """``call(*args, **kwargs)``, called again while the database connection is lost."""
+        db.retry_while_lost(
+            functools.partial(call, *args, **kwargs),
+            what="After completing tasks",
+            wait=self.node.wait_unless_forced,
+        )
+
+    def _written_before(self, task: Task, decision: Decision) -> bool:
+        """Whether ``task`` is finished under its own claim with ``decision``'s state (the
+        commit of an earlier try went through, only its answer was lost)."""
+        rows = Task.objects.using(db.alias()).filter(
+            pk=task.pk, exec_id=task.exec_id, state=decision.result.state
+        )
+        return bool(
+            db.retry_while_lost(
+                rows.exists, what="Completing tasks", wait=self.node.wait_unless_forced
+            )
+        )
+
     def _committed(self, item: Item) -> bool:
         """Whether a task its handler completed is completed in the database too.
 
@@ -139,7 +200,11 @@ class Completer(threading.Thread):
         """
         task_type, task, _ = item
         try:
-            if task_type is None or task_type.outcome_committed(task):
+            if task_type is None or db.retry_while_lost(
+                functools.partial(task_type.outcome_committed, task),
+                what="Completing tasks",
+                wait=self.node.wait_unless_forced,
+            ):
                 return True
         except Exception:
             logger.exception(
@@ -160,15 +225,16 @@ class Completer(threading.Thread):
             failures = [item for item in topic_items if item[2].result is Result.FAILURE]
             self.node.stats["processed"] += len(topic_items)
             self.node.stats["failed"] += len(failures)
-            try:
-                topics.record_outcomes(
-                    topic, successes=len(topic_items) - len(failures), failures=len(failures)
+            successes = len(topic_items) - len(failures)
+            try:  # each follow-up again if the connection breaks in it (a restart, a kill)
+                self._follow_up(
+                    topics.record_outcomes, topic, successes=successes, failures=len(failures)
                 )
                 for task_type, task, decision in failures:
-                    self._apply_error_policy(task_type, task, decision)
+                    self._follow_up(self._apply_error_policy, task_type, task, decision)
                 for task_type, task, decision in topic_items:
                     if task_type is not None:
-                        task_type.on_outcome(task, decision)
+                        self._follow_up(task_type.on_outcome, task, decision)
             except Exception:
                 logger.exception(
                     "After completing tasks of %r: a follow-up failed.",

@@ -16,7 +16,7 @@ from datetime import timedelta
 
 from django.db import DatabaseError
 
-from django_tasks_coord import coordination, signals
+from django_tasks_coord import coordination, db, signals
 from django_tasks_coord.exceptions import TokenBusyError
 from django_tasks_coord.models import TokenHolder
 
@@ -102,7 +102,8 @@ class Leadership:
             self.valid_term()
             return
         except DatabaseError as exc:
-            logger.warning("Group %r: heartbeat failed (%s).", self.group, exc)
+            if not db.connection_lost(exc):  # a lost connection: the lifeline reports it once
+                logger.warning("Group %r: heartbeat failed (%s).", self.group, exc)
             self.valid_term()
             raise
         self._last_success = time.monotonic()

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.db import connections
 
-from django_tasks_coord.db import NOTIFY_CHANNEL
+from django_tasks_coord.db import NOTIFY_CHANNEL, Reconnect
 
 logger = logging.getLogger(__name__)
 
@@ -21,10 +21,11 @@ class Listener(threading.Thread):
     """Listens on PostgreSQL's ``tasks_coord`` channel and calls ``wake(topic)`` for each notification.
 
     It uses a connection of its own (autocommit), opened with the same parameters as
-    the app's database alias. If the connection breaks it reconnects with a backoff;
-    meanwhile the node keeps polling every ``POLL_INTERVAL``, so work is only later,
-    never lost. It sleeps on its connection's socket and on a socket pair that a stop
-    request writes to, so it ends at once when the node stops.
+    the app's database alias. If the connection breaks it reconnects with the back-off
+    of every loop of a node (:class:`~django_tasks_coord.db.Reconnect`); meanwhile the
+    node polls every ``POLL_INTERVAL``, so work is only later, never lost. It sleeps on its
+    connection's socket and on a socket pair that a stop request writes to, so it ends at
+    once when the node stops.
     """
 
     def __init__(self, alias: str, wake: Callable[[str], None], stopping: StopEvent) -> None:
@@ -48,14 +49,14 @@ class Listener(threading.Thread):
     def run(self) -> None:
         import psycopg
 
-        backoff = 0.5
+        reconnect = Reconnect("LISTEN (the node polls every POLL_INTERVAL meanwhile)")
         params = listen_params(self.alias)
         while not self.stopping.is_set():
             try:
                 with psycopg.connect(**params, autocommit=True) as conn:
                     conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
                     self.listening.set()
-                    backoff = 0.5
+                    reconnect.succeeded()
                     logger.debug("Listening for notifications on %r.", NOTIFY_CHANNEL)
                     while not self.stopping.is_set():
                         for notification in conn.notifies(timeout=0):  # what has arrived
@@ -63,9 +64,7 @@ class Listener(threading.Thread):
                         self._sleep(conn)
             except Exception as exc:  # noqa: BLE001 - reconnect on any failure
                 self.listening.clear()
-                logger.warning("LISTEN connection failed (%s); polling until it is back.", exc)
-                self.stopping.wait(backoff)
-                backoff = min(backoff * 2, 10.0)
+                self.stopping.wait(reconnect.failed(exc))
         self.listening.clear()
         self.stopping.remove(self._interrupt)
         self._interrupt_r.close()

@@ -96,6 +96,16 @@ def refresh_user(user_id):
     return user_id
 
 
+@task(
+    takes_context=True,
+    retry=RetryPolicy(max_attempts=50, retry_interval=0.2, backoff="fixed", jitter=0),
+)
+def patient(context, label):
+    """Like ``record``, retried through a database outage of several seconds."""
+    _record(context, label, context.task_result.task.queue_name)
+    return label
+
+
 @task(takes_context=True, max_attempts=1)
 def cancelled_while_running(context):
     """Canceled (as by an operator) while it runs: its success must not be stored."""

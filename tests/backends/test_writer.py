@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from django.db import OperationalError
 
-from django_tasks_coord import queue
+from django_tasks_coord import db, queue
 from django_tasks_coord.backends.writer import Writer
 from django_tasks_coord.enums import TaskState
 from django_tasks_coord.models import Task
@@ -76,3 +77,34 @@ def test_stop_writes_delayed_starts_and_a_later_submit_starts_again(claimed, wri
     assert start.wait() is True
     assert Task.objects.get(pk=first.pk).attempt_log == [{"started": 1}]
     assert writer.submit(second, outcome(2)).wait() is True
+
+
+class LosesConnection:
+    """Replaces ``Writer._update``: its first call fails with a lost connection, before
+    writing or, with ``commit``, after its statement went through (only the answer lost)."""
+
+    def __init__(self, real, *, commit: bool) -> None:
+        self.real, self.commit, self.calls = real, commit, 0
+
+    def __call__(self, writer, fields, items):
+        self.calls += 1
+        if self.calls == 1:
+            if self.commit:
+                self.real(writer, fields, items)
+            raise OperationalError("server closed the connection unexpectedly")
+        return self.real(writer, fields, items)
+
+
+@pytest.mark.parametrize("commit", [False, True], ids=["before-commit", "after-commit"])
+def test_outcomes_whose_connection_broke_are_written_again_once(
+    claimed, writer, monkeypatch, commit
+):
+    update = LosesConnection(Writer._update, commit=commit)
+    monkeypatch.setattr(Writer, "_update", lambda *args: update(*args))
+    monkeypatch.setattr(db, "RECONNECT_DELAY", 0.01)
+    writes = [writer.submit(task, outcome(i)) for i, task in enumerate(claimed)]
+    assert [write.wait() for write in writes] == [True, True, True]  # not None: "failed"
+    assert update.calls == 2
+    rows = Task.objects.order_by("pk")
+    assert [row.state for row in rows] == [TaskState.SUCCEEDED] * 3
+    assert [row.finished_at for row in rows] == [write.changes["finished_at"] for write in writes]

@@ -62,3 +62,14 @@ def noop(task):
 def named(task):
     """A handler named by tasks themselves (``handler="tests.testapp.consumers.named"``)."""
     record(task)
+
+
+#: Retries through a database outage of several seconds (tests of a restart under load).
+PATIENT_RETRY = RetryPolicy(max_attempts=50, retry_interval=0.2, backoff="fixed", jitter=0)
+
+
+@handlers.consumer("steady", retry=PATIENT_RETRY)
+def steady(task):
+    """Record the run and do a little work; a database outage fails it until it is over."""
+    record(task)
+    time.sleep((task.payload or {}).get("sleep", 0))  # simulated work

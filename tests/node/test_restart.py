@@ -1,0 +1,161 @@
+"""A database outage under real nodes: every connection cut, or the server restarted.
+
+Three ``manage.py runscheduler`` processes of one group work through queue tasks, Django
+``@task`` functions, a job every second and a leader-only job every second. Then every
+connection they hold is terminated (``pg_terminate_backend``, MariaDB ``KILL CONNECTION``),
+or, on PostgreSQL, a server of the test's own (:class:`tests.servers.PrivatePostgres`) is
+restarted under them. Afterwards no node may have exited, all work must be done and both
+jobs must go on. SQLite has no connection to lose.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.utils import timezone
+
+from django_tasks_coord import queue, scheduling
+from django_tasks_coord.enums import TaskState
+from django_tasks_coord.models import HealthCheck, Owner, Task
+from django_tasks_coord.scheduling import JOBS_TOPIC
+from tests.processes import ROOT, reap, subprocess_env, wait_for
+from tests.servers import PrivatePostgres, terminate_connections
+from tests.testapp.models import Run
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.multiprocess,
+    pytest.mark.skipif(
+        connection.vendor == "sqlite", reason="SQLite has no database connection to lose"
+    ),
+]
+
+NODES = 3
+SETTINGS = {
+    "HEARTBEAT_FREQUENCY": 0.2,
+    "POLL_INTERVAL": 0.2,
+    "STATUS_INTERVAL": 0,
+    "REAP_INTERVAL": 0.5,
+    "RETENTION_INTERVAL": 1,
+}
+RECORD = "tests.testapp.job_functions.record"
+FENCED_RECORD = "tests.testapp.job_functions.fenced_record"
+
+
+@pytest.fixture
+def private_postgres(transactional_db):
+    """Point this test's connection (and the nodes it starts) at a PostgreSQL of its own."""
+    if connection.vendor != "postgresql":
+        pytest.skip("a private server is only started for PostgreSQL")
+    try:
+        server = PrivatePostgres()
+    except (FileNotFoundError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"no private PostgreSQL server can be started here: {exc}")
+    saved = dict(connection.settings_dict)
+    try:
+        server.start()
+        server.create_database("tasks_coord_restart")
+        connection.close()
+        connection.settings_dict.update(server.settings("tasks_coord_restart"))
+        call_command("migrate", run_syncdb=True, verbosity=0, interactive=False)
+        yield server
+    finally:
+        connection.close()
+        connection.settings_dict.clear()
+        connection.settings_dict.update(saved)
+        server.destroy()
+
+
+def start_node(log: Path) -> subprocess.Popen[str]:
+    """A node on the steady queue, Django tasks' default queue and the jobs topic, logging
+    to ``log`` (a file: a pipe nobody reads could fill up and freeze the node)."""
+    import json
+
+    topics = ["--topic", "steady", "--topic", "default", "--topic", JOBS_TOPIC, "--group", "g"]
+    with log.open("w") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "django", "runscheduler", *topics, "--workers", "4"],
+            cwd=ROOT,
+            env=subprocess_env(TASKS_COORD_JSON=json.dumps(SETTINGS)),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+
+def push_work(prefix: str, tasks: int, django_tasks: int) -> None:
+    from tests.backends import tasks as task_functions
+
+    queue.push_many("steady", [(f"{prefix}{i}", {"sleep": 0.01}) for i in range(tasks)])
+    for i in range(django_tasks):
+        task_functions.patient.enqueue(f"{prefix}{i}")
+
+
+def unfinished() -> int:
+    """Queue tasks and Django tasks not finished yet."""
+    return Task.objects.filter(topic_id__in=["steady", "default"], state__lt=40).count()
+
+
+def ticks_since(moment, job: str = "tick") -> int:
+    return Run.objects.filter(identifier=job, slot__gte=moment).count()
+
+
+@pytest.mark.parametrize("outage", ["terminate", "restart"])
+def test_a_database_outage_stops_no_node_and_loses_no_work(outage, request, tmp_path):
+    server = request.getfixturevalue("private_postgres") if outage == "restart" else None
+    for topic in ("steady", "default", JOBS_TOPIC):
+        queue.register_topic(topic)
+    push_work("before-", 300, 10)
+    start = (timezone.now() + timedelta(seconds=1)).replace(microsecond=0)
+    scheduling.schedule_recurring(RECORD, 1, start_time=start, job_id="tick")
+    scheduling.schedule_recurring(
+        FENCED_RECORD, 1, start_time=start, group="g", leader_only=True, job_id="lead"
+    )
+    logs = tmp_path
+    nodes = [start_node(logs / f"node{i}.log") for i in range(NODES)]
+    try:
+        # Started for good (start-up itself is not retried): registered and in the group.
+        wait_for(lambda: Owner.objects.count() == NODES, timeout=60)
+        wait_for(lambda: HealthCheck.objects.filter(group_id="g").count() == NODES, timeout=60)
+        wait_for(lambda: Run.objects.filter(topic="steady").count() >= 50, timeout=60)
+        wait_for(lambda: ticks_since(start) >= 2 and ticks_since(start, "lead") >= 2, timeout=60)
+        assert unfinished() > 0, "the outage must come while work is in flight"
+
+        if server is not None:
+            connection.close()
+            back = server.restart(down=1.0)
+        else:
+            with connection.cursor() as cursor:
+                assert terminate_connections(cursor, connection.vendor) >= NODES
+            back = time.monotonic()
+        back_at = timezone.now()
+
+        push_work("after-", 100, 5)  # new work is picked up too
+        wait_for(lambda: not unfinished(), timeout=120)
+        recovered = time.monotonic() - back
+        later = back_at + timedelta(seconds=1)
+        wait_for(lambda: ticks_since(later) >= 3 and ticks_since(later, "lead") >= 3, timeout=60)
+        assert [node.poll() for node in nodes] == [None] * NODES, "a node exited"
+    finally:
+        for node in nodes:
+            reap(node, signal.SIGTERM)
+    output = {path.name: path.read_text() for path in sorted(logs.iterdir())}
+    assert [node.returncode for node in nodes] == [0] * NODES, output
+    states = Task.objects.filter(topic_id__in=["steady", "default"]).values_list("state", flat=True)
+    assert set(states) == {TaskState.SUCCEEDED}  # nothing failed, nothing left ACTIVE
+    assert Task.objects.filter(topic_id="steady").count() == 400
+    assert Task.objects.filter(topic_id="default").count() == 15
+    for job in ("tick", "lead"):  # no slot ran twice
+        slots = list(Run.objects.filter(identifier=job).values_list("slot", flat=True))
+        assert len(slots) == len(set(slots)), job
+    errors = [line for text in output.values() for line in text.splitlines() if " ERROR " in line]
+    assert not errors, "\n".join(errors)
+    print(f"{outage}: all work done {recovered:.1f}s after the database was back")
