@@ -122,6 +122,8 @@ def producing(tasks: Sequence[Task]) -> Iterator[None]:
             kind=trace.SpanKind.PRODUCER,
             attributes=_attributes(task, "send"),
         )
+        if not span.is_recording() and not span.get_span_context().is_valid:
+            break  # no SDK and no trace in progress: no task would get a traceparent
         task.traceparent = _traceparent(span)
         spans.append((task, span))
     try:
