@@ -43,9 +43,11 @@ def test_a_failed_run_is_an_error_span(make_node, work_topic, spans):
     exporter, _ = spans
     queue.push("work", "flaky", {"fail_times": 1})
     assert run(make_node()) == 0
-    (consumer,) = named(exporter, "process work")
-    assert consumer.status.status_code is StatusCode.ERROR
-    assert [event.name for event in consumer.events] == ["exception"]
+    # The first attempt fails; its retry (0.2 s later) may run before the burst ends.
+    first, *retry = named(exporter, "process work")
+    assert first.status.status_code is StatusCode.ERROR
+    assert [event.name for event in first.events] == ["exception"]
+    assert [span.status.status_code for span in retry] in ([], [StatusCode.UNSET])
 
 
 def test_a_batch_links_every_producer(make_node, spans):
