@@ -163,3 +163,28 @@ def test_counts_past_the_threshold_are_the_planners_estimate(vendor):
         assert counts[key] > 10
     exact, none = state.task_counts(["m-many"], "default")
     assert (exact[key], none) == (30, set())
+
+
+def test_missed_slots_add_up_per_job():
+    """Dropped slots (missed-slot policy) and slots skipped while the previous run goes on
+    (an ignore waiting policy) both count; jobs updated in one statement keep their own."""
+    now = timezone.now()
+    start = now - timedelta(seconds=95)
+    skip = scheduling.schedule_recurring(
+        RECORD, 10, start_time=start, job_id="skip", catch_up="skip"
+    )
+    some = scheduling.schedule_recurring(
+        RECORD, 10, start_time=start, job_id="some", catch_up="all", catch_up_limit=3
+    )
+    scheduler.submit_due(now=now)  # 10 slots due: "skip" runs the last, "some" 3 more
+    missed = dict(PeriodicTask.objects.values_list("id", "missed_slots"))
+    assert missed == {skip: 9, some: 6}
+    ignoring = scheduling.schedule_periodic(
+        RECORD, "*:*:0/10", job_id="ignoring", waiting_policy="ignore"
+    )
+    slot = PeriodicTask.objects.get(pk=ignoring).nextrun
+    PeriodicTask.objects.exclude(pk=ignoring).update(enabled=False)
+    scheduler.submit_due(now=slot)
+    queue.poll(JOBS_TOPIC, 10)  # every run in flight
+    assert scheduler.submit_due(now=slot + timedelta(seconds=10)) == []  # skipped
+    assert PeriodicTask.objects.get(pk=ignoring).missed_slots == 1
