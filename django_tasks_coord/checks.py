@@ -48,6 +48,23 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     ]
 
 
+def _metrics_problems(values: dict[str, Any]) -> list[str]:
+    """Invalid values of the metrics settings (docs/reference/metrics.md)."""
+    problems = []
+    if values["METRICS_PUBLIC"] not in (None, True, False):
+        problems.append(
+            f"METRICS_PUBLIC must be None, True or False, not {values['METRICS_PUBLIC']!r}."
+        )
+    port = values["METRICS_PORT"]
+    if port is not None and (
+        isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535
+    ):
+        problems.append(f"METRICS_PORT must be None or a port number (0 to 65535), not {port!r}.")
+    if not isinstance(values["METRICS_ADDRESS"], str):
+        problems.append(f"METRICS_ADDRESS must be a str, not {values['METRICS_ADDRESS']!r}.")
+    return problems
+
+
 def _setting_problems(values: dict[str, Any]) -> list[str]:
     """Every invalid value of the merged settings, one message each."""
     from django_tasks_coord.node.config import NodeConfig
@@ -85,6 +102,7 @@ def _setting_problems(values: dict[str, Any]) -> list[str]:
     batch = values["RETENTION_BATCH_SIZE"]
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         problems.append(f"RETENTION_BATCH_SIZE must be an int of at least 1, not {batch!r}.")
+    problems.extend(_metrics_problems(values))
     node_values = {
         key.lower(): values[key]
         for key in (

@@ -76,6 +76,15 @@ DEFAULTS: dict[str, Any] = {
     "RETENTION_INTERVAL": 60.0,
     # Retention: tasks deleted per batch, each batch a short transaction of its own.
     "RETENTION_BATCH_SIZE": 1000,
+    # The metrics view (django_tasks_coord.metrics.views): True, anyone may read it; False,
+    # only users with the view_metrics permission (session or API token); None: public
+    # while DEBUG is on, else as False.
+    "METRICS_PUBLIC": None,
+    # runscheduler: serve the node's metrics on this port (None: no metrics server);
+    # --metrics-port overrides it. Needs the [metrics] extra.
+    "METRICS_PORT": None,
+    # runscheduler: the address the node's metrics server listens on.
+    "METRICS_ADDRESS": "0.0.0.0",
     # HTTP API: the longest wait (seconds) a long-poll may ask for.
     "LONG_POLL_MAX_TIMEOUT": 60.0,
     # HTTP API: seconds between a waiting long-poll's checks where no NOTIFY wakes it.

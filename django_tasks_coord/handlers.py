@@ -27,13 +27,16 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
+from django.utils import timezone
 from django.utils.module_loading import autodiscover_modules, import_string
 
+from django_tasks_coord import observers, tracing
 from django_tasks_coord.enums import Decision, ErrorPolicy, Result, WaitingPolicy
 from django_tasks_coord.exceptions import InvalidArgumentError, TasksCoordError
 from django_tasks_coord.models import Task
@@ -127,11 +130,35 @@ class TaskType:
     def run(self, tasks: list[Task]) -> list[Decision]:
         """Call the handler for ``tasks`` (one call per task unless ``batch``) and return one decision each.
 
-        A handler that raises fails its tasks with the exception; nothing escapes.
+        A handler that raises fails its tasks with the exception; nothing escapes. Each
+        call runs in a consumer span (:func:`django_tasks_coord.tracing.consuming`) and is
+        timed for the observers (:mod:`django_tasks_coord.observers`), if there are any.
         """
         if self.batch:
-            return self._call_batch(tasks)
-        return [self._call_single(task) for task in tasks]
+            return self._observed(tasks, self._call_batch)
+        return [self._observed([task], self._call_single)[0] for task in tasks]
+
+    def _observed(
+        self, tasks: list[Task], call: Callable[[Any], Decision | list[Decision]]
+    ) -> list[Decision]:
+        """``call`` (one task, or the batch) inside its consumer span, timed for observers."""
+        observed = observers.active()
+        if observed:
+            now = timezone.now()
+            for task in tasks:
+                due = task.execute_at or task.created_at
+                delay = (now - due).total_seconds() if due is not None else 0.0
+                observers.started(task, max(delay, 0.0))
+            begun = time.monotonic()
+        with tracing.consuming(tasks) as span:
+            outcome = call(tasks if self.batch else tasks[0])
+            decisions = outcome if isinstance(outcome, list) else [outcome]
+            span.finished(decisions)
+        if observed:
+            share = (time.monotonic() - begun) / len(tasks)
+            for task in tasks:
+                observers.ran(task, share)
+        return decisions
 
     def _call_single(self, task: Task) -> Decision:
         try:

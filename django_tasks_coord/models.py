@@ -20,6 +20,7 @@ from django.db.models.lookups import Exact, In
 from django.db.models.sql.compiler import SQLCompiler
 from django.utils.translation import gettext_lazy as _
 
+from django_tasks_coord import tracing
 from django_tasks_coord.db import PendingIndex
 from django_tasks_coord.enums import COMPLETED_MAX, COMPLETED_MIN, IN_FLIGHT, TaskState
 
@@ -86,6 +87,7 @@ class Dashboard(Topic):
         verbose_name = _("dashboard")
         verbose_name_plural = _("dashboard")
         default_permissions = ("view",)
+        permissions = [("view_metrics", _("Can scrape the Prometheus metrics"))]
 
 
 class Owner(models.Model):
@@ -221,12 +223,13 @@ class TaskQuerySet(models.QuerySet["Task"]):
         One statement where the backend returns the keys of a multi-row insert
         (PostgreSQL, MariaDB, SQLite); row by row on MySQL 8, which cannot.
         """
-        if not connections[self.db].features.can_return_rows_from_bulk_insert:
-            for task in tasks:
-                task.save(using=self.db, force_insert=True)
-                task.refresh_from_db(using=self.db, fields=["created_at"])
-            return tasks
-        return self.bulk_create(tasks)
+        with tracing.producing(tasks):  # a producer span each, and its traceparent stored
+            if not connections[self.db].features.can_return_rows_from_bulk_insert:
+                for task in tasks:
+                    task.save(using=self.db, force_insert=True)
+                    task.refresh_from_db(using=self.db, fields=["created_at"])
+                return tasks
+            return self.bulk_create(tasks)
 
 
 class Task(models.Model):
@@ -356,6 +359,11 @@ class Task(models.Model):
         blank=True,
         related_name="recreations",
         verbose_name=_("original"),
+    )
+    # W3C trace context of the span that pushed it (django_tasks_coord.tracing); None
+    # without OpenTelemetry. max_length: "00-" + 32 + "-" + 16 + "-" + 2 hex digits.
+    traceparent = models.CharField(  # noqa: DJ001 - None: no trace, distinct from a value
+        _("traceparent"), max_length=55, null=True, blank=True, editable=False
     )
 
     objects = TaskQuerySet.as_manager()
@@ -520,6 +528,12 @@ class PeriodicTask(models.Model):
     )
     last_finished_at = models.DateTimeField(_("last finished at"), null=True, blank=True)
     consecutive_failures = models.PositiveIntegerField(_("consecutive failures"), default=0)
+    missed_slots = models.PositiveBigIntegerField(
+        _("missed slots"),
+        default=0,
+        db_default=0,
+        help_text=_("Due slots never run (missed-slot policy), since the job was created."),
+    )
     finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
     created_at = models.DateTimeField(_("created at"), db_default=Now())
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)

@@ -29,7 +29,7 @@ from django.db import DatabaseError, IntegrityError, models
 from django.db.models import Exists, F, OuterRef, Q, Subquery
 from django.utils import timezone
 
-from django_tasks_coord import db
+from django_tasks_coord import db, observers
 from django_tasks_coord.enums import (
     IN_FLIGHT,
     Condition,
@@ -300,6 +300,7 @@ def poll(
     # middle of a claim must not keep its owner row locked (expire skips locked owners).
     if owner is not None and heartbeat_owner and not heartbeat(owner):
         raise OwnerExpiredError(f"Owner {owner.name!r} was declared dead; register again.")
+    started = time.monotonic()
     try:
         tasks = _claim(name, limit, order, condition, owner, using, conn)
     except IntegrityError as exc:  # the owner was deleted (declared dead) while we claimed
@@ -312,6 +313,8 @@ def poll(
         task.state, task.owner = TaskState.ACTIVE, owner
         task.attempts += 1
         task.finished_at = None
+    if observers.active():
+        observers.claimed(name, tasks, time.monotonic() - started)
     return tasks
 
 

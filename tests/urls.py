@@ -3,5 +3,6 @@ from django.urls import include, path
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("tasks/", include("django_tasks_coord.api.urls")),
+    # The app's URLs as the docs mount them: the metrics view and the HTTP API.
+    path("tasks/", include("django_tasks_coord.urls")),
 ]

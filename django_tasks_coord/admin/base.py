@@ -20,6 +20,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
+from django_tasks_coord import db
 from django_tasks_coord.exceptions import TasksCoordError
 
 logger = logging.getLogger(__name__)
@@ -278,13 +279,7 @@ def table_estimate(model: type[models.Model], using: str) -> int | None:
     table = model._meta.db_table
     with conn.cursor() as cursor:
         if conn.vendor == "postgresql":
-            cursor.execute(f"EXPLAIN (FORMAT JSON) SELECT 1 FROM {conn.ops.quote_name(table)}")
-            plan = cursor.fetchone()[0]
-            if isinstance(plan, str):  # pragma: no cover - psycopg returns it parsed
-                import json
-
-                plan = json.loads(plan)
-            return int(plan[0]["Plan"]["Plan Rows"])
+            return db.planner_rows(conn, f"SELECT 1 FROM {conn.ops.quote_name(table)}")
         if conn.vendor == "mysql":
             cursor.execute(
                 "SELECT TABLE_ROWS FROM information_schema.TABLES "

@@ -84,6 +84,12 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "created_at": {"type": "string", "format": "date-time"},
             "started_at": _DATETIME,
             "finished_at": _DATETIME,
+            "traceparent": {
+                "type": ["string", "null"],
+                "description": "The W3C trace context of the span that created the task (null "
+                "without tracing): start your spans under it, and send a `traceparent` header "
+                "with start, notify and outcome calls so that they join the trace.",
+            },
         },
         "required": [
             "id",

@@ -24,7 +24,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from django_tasks_coord import definitions, executions
+from django_tasks_coord import definitions, executions, tracing
 from django_tasks_coord.api import auth, openapi
 from django_tasks_coord.api.longpoll import long_poll, run_db
 from django_tasks_coord.exceptions import (
@@ -193,7 +193,9 @@ def operation(operation_id: str) -> Callable[[Callable[..., Any]], Callable[...,
         def wrapper(request: HttpRequest, **kwargs: Any) -> HttpResponse:
             try:
                 user, body = _checked(request, spec, kwargs)
-                return respond(view(request, user, body, **kwargs))
+                traceparent = request.headers.get("traceparent")  # docs/tracing.md
+                with tracing.api_call(traceparent, operation_id, kwargs.get("task_id")):
+                    return respond(view(request, user, body, **kwargs))
             except Exception as exc:  # noqa: BLE001 - mapped or re-raised
                 return _as_api_error(exc).response()
 
@@ -242,6 +244,7 @@ def task_json(task: Task, now: datetime | None = None) -> dict[str, Any]:
         "created_at": _iso(task.created_at),
         "started_at": _iso(task.started_at),
         "finished_at": _iso(task.finished_at),
+        "traceparent": task.traceparent,
     }
 
 

@@ -559,6 +559,11 @@ class Node:
         with self._in_flight_lock:
             return self._in_flight
 
+    @property
+    def workers_busy(self) -> int:
+        """Workers running a task right now (a gauge of the node's metrics)."""
+        return 0 if self._pool is None else len(self._pool.running())
+
     def _add_in_flight(self, n: int) -> None:
         with self._in_flight_lock:
             was_idle = self._in_flight == 0

@@ -128,7 +128,8 @@ def submit_due(node: str = "", now: datetime | None = None, limit: int = 500) ->
         )
         if not due:
             return []
-        planned = [(job, _plan_job(job, now)) for job in due]
+        missed: Counter[str] = Counter()
+        planned = [(job, _plan_job(job, now, missed)) for job in due]
         runs = [task for _, tasks in planned for task in tasks]
         try:
             with db.write_transaction():
@@ -138,7 +139,7 @@ def submit_due(node: str = "", now: datetime | None = None, limit: int = 500) ->
             for job, tasks in planned:
                 created.extend(_insert_one_job(job, tasks, using))
         added = Counter(task.identifier for task in created)
-        _save_jobs([job for job, _ in planned], added, node, now, using)
+        _save_jobs([job for job, _ in planned], added, missed, node, now, using)
         for topic in {task.topic_id for task in created}:
             db.notify(conn, topic)
     for task in created:
@@ -160,16 +161,20 @@ def submit_due(node: str = "", now: datetime | None = None, limit: int = 500) ->
 
 
 def _save_jobs(
-    jobs: list[PeriodicTask], added: Counter[str], node: str, now: datetime, using: str
+    jobs: list[PeriodicTask],
+    added: Counter[str],
+    missed: Counter[str],
+    node: str,
+    now: datetime,
+    using: str,
 ) -> None:
     """Write the planned jobs back: one UPDATE per group of jobs with the same new values."""
     groups: dict[tuple[Any, ...], list[str]] = defaultdict(list)
     for job in jobs:
-        groups[(job.nextrun, job.last_slot, job.enabled, job.finished_at, added[job.id])].append(
-            job.id
-        )
+        key = (job.nextrun, job.last_slot, job.enabled, job.finished_at, added[job.id])
+        groups[(*key, missed[job.id])].append(job.id)
     rows = PeriodicTask.objects.using(using)
-    for (nextrun, last_slot, enabled, finished_at, runs), ids in groups.items():
+    for (nextrun, last_slot, enabled, finished_at, runs, dropped), ids in groups.items():
         for start in range(0, len(ids), 1000):
             rows.filter(pk__in=ids[start : start + 1000]).update(
                 nextrun=nextrun,
@@ -177,6 +182,7 @@ def _save_jobs(
                 enabled=enabled,
                 finished_at=finished_at,
                 run_count=F("run_count") + runs,
+                missed_slots=F("missed_slots") + dropped,
                 worker=node,
                 marked=now,
                 updated_at=now,
@@ -196,8 +202,12 @@ def _insert_one_job(job: PeriodicTask, tasks: list[Task], using: str) -> list[Ta
         return []
 
 
-def _plan_job(job: PeriodicTask, now: datetime) -> list[Task]:
-    """Plan one due job: update the row in memory and return the runs to insert."""
+def _plan_job(job: PeriodicTask, now: datetime, missed: Counter[str]) -> list[Task]:
+    """Plan one due job: update the row in memory and return the runs to insert.
+
+    Slots that will never run (dropped by the missed-slot policy, or skipped because the
+    previous run is still going) are counted in ``missed``.
+    """
     job.updated_at = now
     try:
         timing = timing_of(job)
@@ -215,8 +225,10 @@ def _plan_job(job: PeriodicTask, now: datetime) -> list[Task]:
             logger.warning(
                 "Job %s: slot %s skipped, the previous run has not finished.", job.id, slots[-1]
             )
+        missed[job.id] += len(slots)
         slots, nextrun, finished = [], decision.following, decision.following is None
     if decision.dropped:
+        missed[job.id] += decision.dropped
         logger.warning(
             "Job %s: %s missed slot(s) not run (missed-slot policy %s), e.g. %s.",
             job.id,

@@ -158,6 +158,15 @@ class Command(BaseCommand):
             type=non_negative_float,
             help=_help("Seconds running tasks get to finish after SIGTERM.", "SHUTDOWN_MAX_WAIT"),
         )
+        parser.add_argument(
+            "--metrics-port",
+            type=_number(int, 0, "a port number"),
+            help=_help(
+                "Serve this node's Prometheus metrics on this port ([metrics] extra).",
+                "METRICS_PORT",
+                "no metrics server",
+            ),
+        )
 
     def run_from_argv(self, argv: list[str]) -> None:
         """Run from the command line; the process exits when this returns.
@@ -212,13 +221,35 @@ class Command(BaseCommand):
         if stops.stop_requested():
             return
         node = Node(config)
+        metrics = self._metrics_server(node, options["metrics_port"])
         stops.attach(node)  # a signal from now on (or one that came just now) stops the node
         try:
             code = node.run()
         except DuplicateOwnerError as exc:
             raise CommandError(str(exc)) from exc
+        finally:
+            if metrics is not None:
+                metrics.close()
         if code:
             sys.exit(code)
+
+    def _metrics_server(self, node: Node, port: int | None) -> Any:
+        """Start the node's metrics server if a port is given (flag, else setting)."""
+        port = app_settings.METRICS_PORT if port is None else port
+        if port is None:
+            return None
+        try:
+            from django_tasks_coord.metrics.node import serve
+
+            server = serve(node, int(port), str(app_settings.METRICS_ADDRESS))
+        except (ConfigurationError, OSError) as exc:
+            raise CommandError(f"Cannot serve metrics on port {port}: {exc}") from exc
+        logging.getLogger("django_tasks_coord.metrics").info(
+            "Serving this node's metrics on %s:%s/metrics.",
+            app_settings.METRICS_ADDRESS,
+            server.port,
+        )
+        return server
 
     def _configure_logging(self, verbosity: int) -> None:
         package = logging.getLogger("django_tasks_coord")
