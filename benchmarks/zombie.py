@@ -89,7 +89,7 @@ def one_round(database: dict[str, Any], source: Path, logs: Path, number: int) -
     from django.db.models import Count
     from django.utils import timezone
 
-    from django_tasks_coord import queue, scheduling
+    from django_tasks_coord import queue, scheduling, topics
     from django_tasks_coord.enums import TaskState
     from django_tasks_coord.models import HealthCheck, Owner, PeriodicTask, Task, TokenHolder
     from django_tasks_coord.scheduling import JOBS_TOPIC
@@ -99,7 +99,7 @@ def one_round(database: dict[str, Any], source: Path, logs: Path, number: int) -
     for model in (Run, Task, PeriodicTask, Owner, HealthCheck, TokenHolder):
         model.objects.all().delete()
     queue.register_topic("work")
-    queue.register_topic(JOBS_TOPIC)
+    topics.register_internal_topic(JOBS_TOPIC)
     queue.push_many("work", [(f"t{i}", {"sleep": 0.25}) for i in range(TASKS)])
     for job in range(JOBS):
         scheduling.schedule_recurring(

@@ -19,7 +19,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from django_tasks_coord import coordination, queue, scheduling
+from django_tasks_coord import coordination, scheduling, topics
 from django_tasks_coord.metrics import state
 from django_tasks_coord.models import PeriodicTask
 from django_tasks_coord.scheduling import JOBS_TOPIC
@@ -59,7 +59,7 @@ def task_statements(call):
 
 def job_history(job_ids: list[str], runs: int) -> None:
     """``runs`` finished runs per job in the jobs topic, the last ones failed."""
-    queue.register_topic(JOBS_TOPIC)
+    topics.register_internal_topic(JOBS_TOPIC)
     for job_id in job_ids:
         sql(
             "INSERT INTO django_tasks_coord_task (topic_id, identifier, payload, handler, state, "

@@ -9,7 +9,7 @@ import pytest
 from django.test import Client, override_settings
 from django.utils import timezone
 
-from django_tasks_coord import coordination, owners, queue, scheduling
+from django_tasks_coord import coordination, owners, queue, scheduling, topics
 from django_tasks_coord.enums import Result, TaskState
 from django_tasks_coord.metrics import state
 from django_tasks_coord.models import Owner, PeriodicTask, Task
@@ -140,7 +140,7 @@ def test_a_job_whose_last_run_failed_reports_its_last_success(client):
     PeriodicTask.objects.filter(pk=job_id).update(
         last_outcome=TaskState.FAILED, last_finished_at=timezone.now()
     )
-    queue.register_topic(JOBS_TOPIC)
+    topics.register_internal_topic(JOBS_TOPIC)
     ok = queue.push(JOBS_TOPIC, job_id)
     queue.push(JOBS_TOPIC, job_id)
     first, second = queue.poll(JOBS_TOPIC, 2)

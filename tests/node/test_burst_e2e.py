@@ -15,7 +15,7 @@ import pytest
 from django.db.models import Max
 from django.utils import timezone
 
-from django_tasks_coord import queue, scheduling
+from django_tasks_coord import queue, scheduling, topics
 from django_tasks_coord.enums import TaskState
 from django_tasks_coord.models import Owner, PeriodicTask, Task
 from django_tasks_coord.scheduling import JOBS_TOPIC
@@ -73,7 +73,7 @@ def test_burst_runs_a_due_one_time_job_then_exits():
 
 
 def test_burst_runs_due_queue_tasks_and_a_due_periodic_slot(work_topic_registered):
-    queue.register_topic(JOBS_TOPIC)
+    topics.register_internal_topic(JOBS_TOPIC)
     queue.push_many("work", [(f"t{i}", {}) for i in range(20)])
     job_id = scheduling.schedule_periodic(RECORD, "hourly", job_id="hourly")
     slot = timezone.now().replace(microsecond=0) - timedelta(seconds=1)

@@ -13,7 +13,7 @@ from django.db import connection
 from django.db.models import Count
 from django.utils import timezone
 
-from django_tasks_coord import queue, scheduling
+from django_tasks_coord import queue, scheduling, topics
 from django_tasks_coord.enums import TaskState
 from django_tasks_coord.models import Owner, Task
 from django_tasks_coord.scheduling import JOBS_TOPIC
@@ -61,7 +61,7 @@ def duplicates(since: datetime, zombie_pid: int) -> list[tuple[str, str]]:
 
 
 def test_a_resumed_zombie_starts_nothing_it_held_and_registers_again(work_topic):
-    queue.register_topic(JOBS_TOPIC)
+    topics.register_internal_topic(JOBS_TOPIC)
     queue.push_many("work", [(f"t{i}", {"sleep": 0.25}) for i in range(160)])
     for job in range(4):  # runs of several jobs wait in the nodes' buffers at once
         scheduling.schedule_recurring(TICK, 1, job_id=f"tick{job}", kwargs={"sleep": 0.3})
