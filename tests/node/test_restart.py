@@ -26,6 +26,7 @@ from django_tasks_coord import queue, scheduling
 from django_tasks_coord.enums import TaskState
 from django_tasks_coord.models import HealthCheck, Owner, Task
 from django_tasks_coord.scheduling import JOBS_TOPIC
+from django_tasks_coord.topics import register_internal_topic
 from tests.processes import ROOT, reap, subprocess_env, wait_for
 from tests.servers import PrivatePostgres, terminate_connections
 from tests.testapp.models import Run
@@ -111,8 +112,9 @@ def ticks_since(moment, job: str = "tick") -> int:
 @pytest.mark.parametrize("outage", ["terminate", "restart"])
 def test_a_database_outage_stops_no_node_and_loses_no_work(outage, request, tmp_path):
     server = request.getfixturevalue("private_postgres") if outage == "restart" else None
-    for topic in ("steady", "default", JOBS_TOPIC):
+    for topic in ("steady", "default"):
         queue.register_topic(topic)
+    register_internal_topic(JOBS_TOPIC)
     push_work("before-", 300, 10)
     start = (timezone.now() + timedelta(seconds=1)).replace(microsecond=0)
     scheduling.schedule_recurring(RECORD, 1, start_time=start, job_id="tick")
