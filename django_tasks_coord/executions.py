@@ -49,7 +49,7 @@ from django_tasks_coord.exceptions import (
 )
 from django_tasks_coord.models import Task, Topic
 from django_tasks_coord.topics import adding_tasks, registering
-from django_tasks_coord.validation import check_payload, check_priority, check_when
+from django_tasks_coord.validation import check_payload, check_priority, check_text, check_when
 
 __all__ = [
     "Outcome",
@@ -237,7 +237,7 @@ def create(
     text for people; ``requester`` says who asked for it.
     """
     found = definitions.get(definition)
-    check_payload(params)
+    check_payload(params, "params")
     found.validate("params", params)
     execute_at = check_when(execute_at, "execute_at")
     priority = check_priority(priority)
@@ -246,6 +246,7 @@ def create(
             raise InvalidArgumentError(
                 f"{argument} must be a str of at most 255 characters, not {text!r}."
             )
+        check_text(text, argument)
     task = Task(
         topic_id=found.name,
         identifier=uuid.uuid4().hex,
@@ -443,7 +444,7 @@ def succeed(
 ) -> Task:
     """Finish an in-progress task with ``result`` (checked against the result schema)."""
     now = _now(now)
-    check_payload(result)
+    check_payload(result, "result")
     with db.write_transaction():
         task, definition = _held(
             task_id, exec_id, TaskState.ACTIVE, "report the success of", "in progress"
@@ -477,7 +478,7 @@ def fail(
     is True; otherwise it is done, failed.
     """
     now = _now(now)
-    check_payload(error)
+    check_payload(error, "error")
     with db.write_transaction():
         task, definition = _held(
             task_id, exec_id, TaskState.ACTIVE, "report the failure of", "in progress"

@@ -263,7 +263,20 @@ _AUTH = {
     401: ("No valid bearer token.", "Error"),
     403: ("The token's user lacks the permission.", "Error"),
 }
-_BODY = {400: ("The body is not JSON or does not match the request schema.", "Error")}
+_BODY = {
+    400: (
+        "The body is not JSON, does not match the request schema, nests lists and objects "
+        "more than 31 levels deep, or holds a string no database stores (a NUL character, a "
+        "lone surrogate such as \\ud800); `path` is the JSON Pointer of the offending value.",
+        "Error",
+    ),
+    413: (
+        "The body is larger than the server's DATA_UPLOAD_MAX_MEMORY_SIZE Django setting "
+        "(2.5 MB by default).",
+        "Error",
+    ),
+    415: ("The body is not sent as `Content-Type: application/json` (UTF-8).", "Error"),
+}
 _TASK_ID = {404: ("No task of a definition has this id.", "Error")}
 _CONFLICT = {409: ("Stale or wrong exec_id, or the task is not in that state.", "Error")}
 _DEFINITION = {404: ("No task definition has this name.", "Error")}
