@@ -306,7 +306,14 @@ def poll(request: HttpRequest, user: Any, body: dict[str, Any]) -> Any:
 
 @operation("longPoll")
 async def long_poll_view(request: HttpRequest, user: Any, body: dict[str, Any]) -> Any:
-    tasks = await long_poll(body["definitions"], _int(body, "limit", 1), body.get("timeout", 30))
+    # The token may be revoked (or the permission withdrawn) while the poll waits: each claim
+    # checks them again first, so that no task goes to a token that is no longer valid.
+    tasks = await long_poll(
+        body["definitions"],
+        _int(body, "limit", 1),
+        body.get("timeout", 30),
+        authorize=functools.partial(_authorize, request, openapi.BY_ID["longPoll"]),
+    )
     return _tasks(tasks)
 
 
