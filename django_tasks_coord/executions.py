@@ -12,7 +12,8 @@ Each state is a plain ``Task`` row of the definition's topic: waiting and ready 
 PENDING (``execute_at`` in the future or not), requested is REQUESTED, in progress is
 ACTIVE and done is SUCCEEDED, FAILED or CANCELED, with ``outcome_reason`` saying why.
 ``params`` is ``Task.payload``, ``result`` is ``Task.result``, ``error`` is
-``Task.error_detail``; ``attempt_log`` has one entry per started attempt.
+``Task.error_detail`` (the last failed attempt's, cleared when the task succeeds);
+``attempt_log`` has one entry per started attempt.
 
 Fencing: :func:`poll` hands each task out with a fresh ``exec_id``; :func:`start`,
 :func:`notify`, :func:`succeed` and :func:`fail` must quote it and are refused with
@@ -455,6 +456,7 @@ def succeed(
             task,
             state=TaskState.SUCCEEDED,
             result=result,
+            error_detail=None,  # a failed attempt's error is not the succeeded task's
             outcome_reason="",
             finished_at=now,
             deadline=None,

@@ -65,7 +65,10 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             },
             "params": {},
             "result": {},
-            "error": {},
+            "error": {
+                "description": "The last failed attempt's error while the task waits for its "
+                "retry or runs it again; the task's once it failed; null once it succeeded."
+            },
             "label": {"type": "string"},
             "requester": {"type": "string"},
             "priority": {"type": "integer"},
