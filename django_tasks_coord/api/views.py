@@ -356,7 +356,10 @@ def fail(request: HttpRequest, user: Any, body: dict[str, Any], task_id: int) ->
 def create(request: HttpRequest, user: Any, body: dict[str, Any]) -> Any:
     execute_at = None
     if "execute_at" in body:
-        execute_at = parse_datetime(body["execute_at"])
+        try:
+            execute_at = parse_datetime(body["execute_at"])
+        except ValueError:  # well formed, but no such time: minute 60, February 30...
+            execute_at = None
         if execute_at is None or timezone.is_naive(execute_at):
             raise ApiError(
                 400,

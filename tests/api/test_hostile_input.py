@@ -132,6 +132,15 @@ def test_python_callers_get_the_same_check(db):
     assert not Task.objects.exists()
 
 
+@pytest.mark.parametrize(
+    "execute_at", ["2030-01-01T09:60:00Z", "2030-02-30T09:00:00Z", "2030-01-01T25:00:00+01:00"]
+)
+def test_an_execute_at_that_is_no_time_is_400(submitter, execute_at):
+    body = json.dumps({"definition": "test/basic", "execute_at": execute_at})
+    assert error(raw(submitter, "", body), 400, "invalid_request")["path"] == "/execute_at"
+    assert not Task.objects.exists()
+
+
 # --- nesting ----------------------------------------------------------------------------------
 
 
