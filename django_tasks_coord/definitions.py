@@ -33,7 +33,7 @@ import hashlib
 import json
 import logging
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -50,6 +50,7 @@ from django_tasks_coord.exceptions import (
 from django_tasks_coord.models import TaskDefinition
 from django_tasks_coord.retry import non_negative_seconds
 from django_tasks_coord.topics import register_topic, validate_topic_name
+from django_tasks_coord.validation import json_pointer
 
 logger = logging.getLogger(__name__)
 
@@ -82,11 +83,6 @@ def _validator(schema: object, name: str, setting: str) -> Any:
             f"(at {json_pointer(exc.path)})."
         ) from exc
     return cls(schema, format_checker=cls.FORMAT_CHECKER)
-
-
-def json_pointer(path: Iterable[object]) -> str:
-    """The JSON Pointer (RFC 6901) of ``path``; ``""`` is the whole document."""
-    return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in path)
 
 
 @dataclass(frozen=True)

@@ -28,9 +28,15 @@ class InvalidArgumentError(TasksCoordError, ValueError):
 class PayloadError(InvalidArgumentError):
     """A task payload cannot be stored as JSON.
 
-    Payloads must be JSON-serializable (dict, list, str, int, float, bool, None).
-    Convert other objects (datetimes, model instances, sets) before pushing.
+    Payloads must be JSON-serializable (dict, list, str, int, float, bool, None), nest at
+    most ``validation.MAX_JSON_DEPTH`` levels, and hold no NUL character or lone surrogate
+    (no database stores those alike). Convert other objects (datetimes, model instances,
+    sets) before pushing. ``path`` is the JSON Pointer of the offending value, when one is.
     """
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class UnknownTopicError(TasksCoordError, LookupError):

@@ -12,7 +12,8 @@ Each state is a plain ``Task`` row of the definition's topic: waiting and ready 
 PENDING (``execute_at`` in the future or not), requested is REQUESTED, in progress is
 ACTIVE and done is SUCCEEDED, FAILED or CANCELED, with ``outcome_reason`` saying why.
 ``params`` is ``Task.payload``, ``result`` is ``Task.result``, ``error`` is
-``Task.error_detail``; ``attempt_log`` has one entry per started attempt.
+``Task.error_detail`` (the last failed attempt's, cleared when the task succeeds);
+``attempt_log`` has one entry per started attempt.
 
 Fencing: :func:`poll` hands each task out with a fresh ``exec_id``; :func:`start`,
 :func:`notify`, :func:`succeed` and :func:`fail` must quote it and are refused with
@@ -49,7 +50,7 @@ from django_tasks_coord.exceptions import (
 )
 from django_tasks_coord.models import Task, Topic
 from django_tasks_coord.topics import adding_tasks, registering
-from django_tasks_coord.validation import check_payload, check_priority, check_when
+from django_tasks_coord.validation import check_payload, check_priority, check_text, check_when
 
 __all__ = [
     "Outcome",
@@ -237,7 +238,7 @@ def create(
     text for people; ``requester`` says who asked for it.
     """
     found = definitions.get(definition)
-    check_payload(params)
+    check_payload(params, "params")
     found.validate("params", params)
     execute_at = check_when(execute_at, "execute_at")
     priority = check_priority(priority)
@@ -246,6 +247,7 @@ def create(
             raise InvalidArgumentError(
                 f"{argument} must be a str of at most 255 characters, not {text!r}."
             )
+        check_text(text, argument)
     task = Task(
         topic_id=found.name,
         identifier=uuid.uuid4().hex,
@@ -443,7 +445,7 @@ def succeed(
 ) -> Task:
     """Finish an in-progress task with ``result`` (checked against the result schema)."""
     now = _now(now)
-    check_payload(result)
+    check_payload(result, "result")
     with db.write_transaction():
         task, definition = _held(
             task_id, exec_id, TaskState.ACTIVE, "report the success of", "in progress"
@@ -454,6 +456,7 @@ def succeed(
             task,
             state=TaskState.SUCCEEDED,
             result=result,
+            error_detail=None,  # a failed attempt's error is not the succeeded task's
             outcome_reason="",
             finished_at=now,
             deadline=None,
@@ -477,7 +480,7 @@ def fail(
     is True; otherwise it is done, failed.
     """
     now = _now(now)
-    check_payload(error)
+    check_payload(error, "error")
     with db.write_transaction():
         task, definition = _held(
             task_id, exec_id, TaskState.ACTIVE, "report the failure of", "in progress"

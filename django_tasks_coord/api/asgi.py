@@ -15,7 +15,8 @@ else goes to Django as before::
 
 The view then sees no middleware: nothing of the session, CSRF or security middleware applies
 to that one path (it takes a bearer token, not cookies). A client that disconnects ends its
-wait at once.
+wait at once. The body is read whole, up to Django's ``DATA_UPLOAD_MAX_MEMORY_SIZE`` like any
+other request's; a larger one is answered at once with the API's JSON 413, unread.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import io
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from django.conf import settings
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpResponse
 
@@ -34,9 +36,6 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-#: The largest long-poll body read (it is a few hundred bytes in practice).
-MAX_BODY = 64 * 1024
-
 
 def serve_long_polls(application: ASGIApp, path: str = "/tasks/long-poll") -> ASGIApp:
     """``application``, with HTTP requests for ``path`` served by the long-poll view directly."""
@@ -45,28 +44,59 @@ def serve_long_polls(application: ASGIApp, path: str = "/tasks/long-poll") -> AS
         if scope["type"] != "http" or scope["path"] != path:
             await application(scope, receive, send)
             return
-        body = await _read_body(receive)
+        from django_tasks_coord.api import views
+
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        try:
+            if limit is not None and _declared_length(scope) > limit:
+                raise _TooLarge
+            body = await _read_body(receive, limit)
+        except _TooLarge:
+            await _send(send, views.too_large().response())
+            return
         if body is None:
             return  # the client left before it finished sending
         response = await _until_disconnect(_respond(scope, body), receive)
         if response is not None:
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": response.status_code,
-                    "headers": [
-                        (name.encode("latin-1"), value.encode("latin-1"))
-                        for name, value in response.items()
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": response.content})
+            await _send(send, response)
 
     return app
 
 
-async def _read_body(receive: Receive) -> bytes | None:
-    """The request body (empty if larger than MAX_BODY: then it is refused as not JSON)."""
+async def _send(send: Send, response: HttpResponse) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": response.status_code,
+            "headers": [
+                (name.encode("latin-1"), value.encode("latin-1"))
+                for name, value in response.items()
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": response.content})
+
+
+def _declared_length(scope: Scope) -> int:
+    """The request's Content-Length (0 if it has none or a malformed one)."""
+    for name, value in scope.get("headers", ()):
+        if name.lower() == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return 0
+    return 0
+
+
+class _TooLarge(Exception):
+    """The body is larger than the limit."""
+
+
+async def _read_body(receive: Receive, limit: int | None) -> bytes | None:
+    """The whole request body, however many messages it comes in; None if the client left.
+
+    Raises :class:`_TooLarge` as soon as more than ``limit`` bytes came (None: no limit).
+    """
     chunks, size = [], 0
     while True:
         message = await receive()
@@ -74,10 +104,11 @@ async def _read_body(receive: Receive) -> bytes | None:
             return None
         chunk = message.get("body", b"")
         size += len(chunk)
-        if size <= MAX_BODY:
-            chunks.append(chunk)
+        if limit is not None and size > limit:
+            raise _TooLarge
+        chunks.append(chunk)
         if not message.get("more_body", False):
-            return b"".join(chunks) if size <= MAX_BODY else b""
+            return b"".join(chunks)
 
 
 async def _respond(scope: Scope, body: bytes) -> HttpResponse:

@@ -129,16 +129,28 @@ def _hub() -> _Hub:
     return hub
 
 
-def _check(names: Sequence[str], limit: int) -> tuple[list[Task], datetime | None]:
+def _check(
+    names: Sequence[str], limit: int, authorize: Callable[[], object] | None
+) -> tuple[list[Task], datetime | None]:
+    if authorize is not None:
+        authorize()  # raises if the token was revoked meanwhile: it claims nothing then
     tasks = executions.poll(names, limit)
     return tasks, (None if tasks else executions.next_due(names))
 
 
-async def long_poll(names: Sequence[str], limit: int, timeout: float) -> list[Task]:
+async def long_poll(
+    names: Sequence[str],
+    limit: int,
+    timeout: float,
+    *,
+    authorize: Callable[[], object] | None = None,
+) -> list[Task]:
     """Poll the definitions ``names`` until tasks come or ``timeout`` seconds passed.
 
     ``timeout`` is capped by ``LONG_POLL_MAX_TIMEOUT``. Returns the tasks handed out
-    (REQUESTED, with their exec_ids), or ``[]`` after the timeout.
+    (REQUESTED, with their exec_ids), or ``[]`` after the timeout. ``authorize`` runs
+    (in the database thread) before each attempt to claim; what it raises ends the wait
+    and propagates, with nothing claimed.
     """
     loop = asyncio.get_running_loop()
     end = loop.time() + min(timeout, float(app_settings.LONG_POLL_MAX_TIMEOUT))
@@ -149,7 +161,7 @@ async def long_poll(names: Sequence[str], limit: int, timeout: float) -> list[Ta
         while True:
             event.clear()  # before the check: a NOTIFY during it is not lost
             notified = hub.listening
-            tasks, due = await run_db(_check, names, limit)
+            tasks, due = await run_db(_check, names, limit, authorize)
             remaining = end - loop.time()
             if tasks or remaining <= 0:
                 return tasks

@@ -65,7 +65,10 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             },
             "params": {},
             "result": {},
-            "error": {},
+            "error": {
+                "description": "The last failed attempt's error while the task waits for its "
+                "retry or runs it again; the task's once it failed; null once it succeeded."
+            },
             "label": {"type": "string"},
             "requester": {"type": "string"},
             "priority": {"type": "integer"},
@@ -257,16 +260,49 @@ class Operation:
     query: tuple[dict[str, Any], ...] = ()
     description: str = ""
     tags: tuple[str, ...] = field(default=("executors",))
+    #: OpenAPI links by response status: the operations a response's task can be passed to.
+    links: dict[int, dict[str, Any]] = field(default_factory=dict)
 
 
 _AUTH = {
     401: ("No valid bearer token.", "Error"),
     403: ("The token's user lacks the permission.", "Error"),
 }
-_BODY = {400: ("The body is not JSON or does not match the request schema.", "Error")}
+_BODY = {
+    400: (
+        "The body is not JSON, does not match the request schema, nests lists and objects "
+        "more than 31 levels deep, or holds a string no database stores (a NUL character, a "
+        "lone surrogate such as \\ud800); `path` is the JSON Pointer of the offending value.",
+        "Error",
+    ),
+    413: (
+        "The body is larger than the server's DATA_UPLOAD_MAX_MEMORY_SIZE Django setting "
+        "(2.5 MB by default).",
+        "Error",
+    ),
+    415: ("The body is not sent as `Content-Type: application/json` (UTF-8).", "Error"),
+}
 _TASK_ID = {404: ("No task of a definition has this id.", "Error")}
 _CONFLICT = {409: ("Stale or wrong exec_id, or the task is not in that state.", "Error")}
 _DEFINITION = {404: ("No task definition has this name.", "Error")}
+
+
+def _task_link(operation_id: str, task: str, *, exec_id: bool = True) -> dict[str, Any]:
+    """An OpenAPI link to ``operation_id`` for the task at the JSON Pointer ``task`` of the
+    response body (with its exec_id in the request body, for the executor calls)."""
+    link: dict[str, Any] = {
+        "operationId": operation_id,
+        "parameters": {"task_id": f"$response.body#{task}/id"},
+    }
+    if exec_id:
+        link["requestBody"] = {"exec_id": f"$response.body#{task}/exec_id"}
+    return link
+
+
+#: What a handed-out task goes on to, and an in-progress one (what stateful clients and
+#: schemathesis' stateful run follow).
+_HANDED_OUT = {200: {"start": _task_link("start", "/tasks/0")}}
+_IN_PROGRESS = {200: {name: _task_link(name, "") for name in ("notify", "success", "fail")}}
 
 OPERATIONS: tuple[Operation, ...] = (
     Operation(
@@ -280,6 +316,7 @@ OPERATIONS: tuple[Operation, ...] = (
         | _AUTH
         | _DEFINITION,
         request="PollRequest",
+        links=_HANDED_OUT,
     ),
     Operation(
         "longPoll",
@@ -292,6 +329,7 @@ OPERATIONS: tuple[Operation, ...] = (
         | _AUTH
         | _DEFINITION,
         request="LongPollRequest",
+        links=_HANDED_OUT,
     ),
     Operation(
         "start",
@@ -301,6 +339,7 @@ OPERATIONS: tuple[Operation, ...] = (
         (EXECUTE,),
         {200: ("The task, in progress.", "Task")} | _BODY | _AUTH | _TASK_ID | _CONFLICT,
         request="ExecRequest",
+        links=_IN_PROGRESS,
     ),
     Operation(
         "notify",
@@ -310,6 +349,7 @@ OPERATIONS: tuple[Operation, ...] = (
         (EXECUTE,),
         {200: ("The task, with its new deadline.", "Task")} | _BODY | _AUTH | _TASK_ID | _CONFLICT,
         request="ExecRequest",
+        links=_IN_PROGRESS,
     ),
     Operation(
         "success",
@@ -352,6 +392,12 @@ OPERATIONS: tuple[Operation, ...] = (
         | {422: ("The params do not match the params schema.", "Error")},
         request="CreateRequest",
         tags=("users",),
+        links={
+            201: {
+                "get": _task_link("get", "", exec_id=False),
+                "cancel": _task_link("cancel", "", exec_id=False),
+            }
+        },
     ),
     Operation(
         "list",
@@ -472,6 +518,7 @@ def _operation(operation: Operation) -> dict[str, Any]:
                     if schema
                     else {}
                 ),
+                **({"links": operation.links[code]} if code in operation.links else {}),
             }
             for code, (text, schema) in sorted(operation.responses.items())
         },

@@ -28,8 +28,16 @@ def _route(openapi_path: str) -> str:
 
 
 def _dispatcher(route: str, handlers: dict[str, Any]) -> Any:
-    """One view for a route that hands each method to its operation's view (405 otherwise)."""
-    allowed = ", ".join(sorted(method.upper() for method in handlers))
+    """One view for a route that hands each method to its operation's view (405 otherwise).
+
+    HEAD is answered like GET, without the body.
+    """
+    methods = {*handlers, "head"} if "get" in handlers else set(handlers)
+    allowed = ", ".join(sorted(method.upper() for method in methods))
+
+    def handler_of(request: HttpRequest) -> Any:
+        method = (request.method or "").lower()
+        return handlers.get("get" if method == "head" else method)
 
     def not_allowed(request: HttpRequest) -> HttpResponse:
         response = views.ApiError(
@@ -42,21 +50,19 @@ def _dispatcher(route: str, handlers: dict[str, Any]) -> Any:
         assert all(map(views.is_coroutine, handlers.values())), f"{route}: async and sync views"
 
         async def dispatch_async(request: HttpRequest, **kwargs: Any) -> HttpResponse:
-            handler = handlers.get((request.method or "").lower())
+            handler = handler_of(request)
             if handler is None:
                 return not_allowed(request)
-            response: HttpResponse = await handler(request, **kwargs)
-            return response
+            return views.without_body_for_head(request, await handler(request, **kwargs))
 
         view: Any = dispatch_async
     else:
 
         def dispatch(request: HttpRequest, **kwargs: Any) -> HttpResponse:
-            handler = handlers.get((request.method or "").lower())
+            handler = handler_of(request)
             if handler is None:
                 return not_allowed(request)
-            response: HttpResponse = handler(request, **kwargs)
-            return response
+            return views.without_body_for_head(request, handler(request, **kwargs))
 
         view = dispatch
     view.allowed_methods = sorted(handlers)  # read by the OpenAPI sync test

@@ -1,10 +1,12 @@
 """The HTTP API's views: JSON in, JSON out, errors as ``{"error": {"code", "message", "path"?}}``.
 
 Each view is registered for an operation of :data:`~django_tasks_coord.api.openapi.OPERATIONS`
-with :func:`operation`, which authenticates the bearer token (401), checks the
-operation's permission (403), parses and validates the JSON body against the
-operation's published schema (400), and turns the service's exceptions into JSON
-errors (404, 409, 422). Views are CSRF-exempt: they take no cookies, only tokens.
+with :func:`operation`, which refuses a body over Django's ``DATA_UPLOAD_MAX_MEMORY_SIZE``
+(413), authenticates the bearer token (401), checks the operation's permission (403),
+refuses a body that is not ``application/json`` (415), parses and validates the JSON body
+against the operation's published schema and against what the database can store (400),
+and turns the service's exceptions into JSON errors (404, 409, 422). Views are CSRF-exempt:
+they take no cookies, only tokens.
 """
 
 from __future__ import annotations
@@ -18,18 +20,20 @@ from datetime import datetime
 from typing import Any
 
 import jsonschema
-from django.core.exceptions import ObjectDoesNotExist
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.conf import settings
+from django.core.exceptions import ObjectDoesNotExist, RequestDataTooBig
+from django.http import HttpRequest, HttpResponse, JsonResponse, UnreadablePostError
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from django_tasks_coord import definitions, executions, tracing
+from django_tasks_coord import definitions, executions, tracing, validation
 from django_tasks_coord.api import auth, openapi
 from django_tasks_coord.api.longpoll import long_poll, run_db
 from django_tasks_coord.exceptions import (
     ExecutionConflictError,
     InvalidArgumentError,
+    PayloadError,
     SchemaViolationError,
     UnknownDefinitionError,
 )
@@ -62,6 +66,8 @@ def _as_api_error(exc: Exception) -> ApiError:
         return exc
     if isinstance(exc, auth.AuthenticationFailed):
         return ApiError(401, "not_authenticated", str(exc))
+    if isinstance(exc, PayloadError):
+        return ApiError(400, "invalid_request", str(exc), exc.path)
     if isinstance(exc, SchemaViolationError):
         return ApiError(422, "schema_violation", str(exc), f"/{exc.document}{exc.path}")
     if isinstance(exc, UnknownDefinitionError):
@@ -101,16 +107,56 @@ _validators = {
 }
 
 
-def _body(request: HttpRequest, spec: openapi.Operation) -> dict[str, Any]:
+def too_large() -> ApiError:
+    """The 413 of a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE``."""
+    return ApiError(
+        413,
+        "body_too_large",
+        f"The body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes "
+        "(the server's DATA_UPLOAD_MAX_MEMORY_SIZE setting).",
+    )
+
+
+def _raw_body(request: HttpRequest) -> bytes:
+    """The request body; 413 over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (Django checks it)."""
+    try:
+        return request.body
+    except RequestDataTooBig:
+        raise too_large() from None
+    except UnreadablePostError as exc:
+        raise ApiError(400, "invalid_request", f"The body could not be read: {exc}.") from None
+
+
+def _check_content_type(request: HttpRequest, body: bytes) -> None:
+    """A body must be ``application/json`` (UTF-8, the only charset JSON has): 415 otherwise."""
+    charset = (request.content_params or {}).get("charset", "utf-8").lower()
+    if body and (request.content_type != "application/json" or charset not in ("utf-8", "utf8")):
+        raise ApiError(
+            415,
+            "unsupported_media_type",
+            "Send the body as 'Content-Type: application/json' (UTF-8), not "
+            f"{request.headers.get('Content-Type', 'without a Content-Type')!r}.",
+        )
+
+
+def _body(request: HttpRequest, spec: openapi.Operation, raw: bytes) -> dict[str, Any]:
     if spec.request is None:
         return {}
+    _check_content_type(request, raw)
     try:
-        data = json.loads(request.body or b"null")
+        data = json.loads(raw or b"null")
     except (ValueError, UnicodeDecodeError) as exc:
         raise ApiError(400, "invalid_json", f"The body is not JSON: {exc}.") from None
+    except RecursionError:
+        raise ApiError(
+            400,
+            "invalid_json",
+            "The body nests lists and objects too deeply to be read; values may nest at most "
+            f"{validation.MAX_JSON_DEPTH} levels.",
+        ) from None
     error = jsonschema.exceptions.best_match(_validators[spec.request].iter_errors(data))
     if error is not None:
-        path = definitions.json_pointer(error.absolute_path)
+        path = validation.json_pointer(error.absolute_path)
         raise ApiError(
             400,
             "invalid_request",
@@ -119,20 +165,9 @@ def _body(request: HttpRequest, spec: openapi.Operation) -> dict[str, Any]:
             path,
         )
     assert isinstance(data, dict)
-    if _has_nul(data):
-        raise ApiError(400, "invalid_request", "Strings must not contain NUL (\\u0000) characters.")
+    for name, value in data.items():  # too deep, NUL, lone surrogates: what cannot be stored
+        validation.check_json(value, f"/{name}", pointer=f"/{name}")
     return data
-
-
-def _has_nul(value: Any) -> bool:
-    """Whether a JSON value holds a NUL character, which PostgreSQL cannot store."""
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, list):
-        return any(map(_has_nul, value))
-    if isinstance(value, dict):
-        return any(_has_nul(key) or _has_nul(item) for key, item in value.items())
-    return False
 
 
 def _task_id(kwargs: dict[str, Any]) -> None:
@@ -154,10 +189,13 @@ def no_such_endpoint(request: HttpRequest, rest: str) -> HttpResponse:
 def _checked(
     request: HttpRequest, spec: openapi.Operation, kwargs: dict[str, Any]
 ) -> tuple[Any, dict[str, Any]]:
-    """What every operation checks first: the task id (404), the token (401), the permission
-    (403), the body (400). Returns the user and the body."""
+    """What every operation checks first: the task id (404), the body's size (413), the token
+    (401), the permission (403), the body's type (415) and content (400). Returns the user and
+    the body."""
     _task_id(kwargs)
-    return _authorize(request, spec), _body(request, spec)
+    raw = _raw_body(request) if spec.request is not None else b""
+    user = _authorize(request, spec)
+    return user, _body(request, spec, raw)
 
 
 def operation(operation_id: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -268,7 +306,14 @@ def poll(request: HttpRequest, user: Any, body: dict[str, Any]) -> Any:
 
 @operation("longPoll")
 async def long_poll_view(request: HttpRequest, user: Any, body: dict[str, Any]) -> Any:
-    tasks = await long_poll(body["definitions"], _int(body, "limit", 1), body.get("timeout", 30))
+    # The token may be revoked (or the permission withdrawn) while the poll waits: each claim
+    # checks them again first, so that no task goes to a token that is no longer valid.
+    tasks = await long_poll(
+        body["definitions"],
+        _int(body, "limit", 1),
+        body.get("timeout", 30),
+        authorize=functools.partial(_authorize, request, openapi.BY_ID["longPoll"]),
+    )
     return _tasks(tasks)
 
 
@@ -311,7 +356,10 @@ def fail(request: HttpRequest, user: Any, body: dict[str, Any], task_id: int) ->
 def create(request: HttpRequest, user: Any, body: dict[str, Any]) -> Any:
     execute_at = None
     if "execute_at" in body:
-        execute_at = parse_datetime(body["execute_at"])
+        try:
+            execute_at = parse_datetime(body["execute_at"])
+        except ValueError:  # well formed, but no such time: minute 60, February 30...
+            execute_at = None
         if execute_at is None or timezone.is_naive(execute_at):
             raise ApiError(
                 400,
@@ -390,9 +438,21 @@ def definitions_view(request: HttpRequest, user: Any, body: dict[str, Any]) -> A
 # --- the document ---------------------------------------------------------------------------------
 
 
+def without_body_for_head(request: HttpRequest, response: HttpResponse) -> HttpResponse:
+    """``response`` as the answer to a HEAD request: the GET's headers (its length
+    included), no body. Other methods' responses are returned as they are."""
+    if request.method == "HEAD" and not response.streaming:
+        length = len(response.content)
+        response.content = b""
+        response["Content-Length"] = str(length)
+    return response
+
+
 def openapi_document(request: HttpRequest) -> HttpResponse:
     """The OpenAPI document (public, like any API description; it holds no data)."""
     if request.method not in ("GET", "HEAD"):
-        return ApiError(405, "method_not_allowed", "Use GET.").response()
+        response = ApiError(405, "method_not_allowed", "Use GET.").response()
+        response["Allow"] = "GET, HEAD"
+        return response
     base = reverse("tasks_coord_api:openapi").removesuffix("openapi.json").rstrip("/")
-    return JsonResponse(openapi.document(base or "/"))
+    return without_body_for_head(request, JsonResponse(openapi.document(base or "/")))

@@ -3,6 +3,7 @@ executor written without Django in another process, and 50 long-polls waiting at
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -12,6 +13,7 @@ import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -204,3 +206,116 @@ def test_50_long_polls_wait_at_once_without_a_connection_each(server):
     assert len(handed) == len(set(handed)) == waiters
     assert time.monotonic() - created < 15
     assert Task.objects.filter(state=TaskState.REQUESTED).count() == waiters
+
+
+# --- hostile input through the live server (the same as test_hostile_input.py, in process) -----
+
+
+def send(
+    base: str,
+    token: str,
+    method: str,
+    path: str,
+    body: bytes | list[bytes] | None = None,
+    content_type: str | None = "application/json",
+) -> tuple[int, dict[str, str], bytes]:
+    """One raw request: ``body`` bytes as they are, or a list of chunks sent with
+    ``Transfer-Encoding: chunked`` (no Content-Length). Returns status, headers, body."""
+    url = urllib.parse.urlsplit(f"{base}/{path}")
+    connection = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
+    headers = {"Authorization": f"Bearer {token}"}
+    if content_type is not None:
+        headers["Content-Type"] = content_type
+    try:
+        if isinstance(body, list):
+            headers["Transfer-Encoding"] = "chunked"
+            connection.request(method, url.path, iter(body), headers, encode_chunked=True)
+        else:
+            connection.request(method, url.path, body, headers)
+        response = connection.getresponse()
+        headers = {name.lower(): value for name, value in response.getheaders()}
+        return response.status, headers, response.read()
+    finally:
+        connection.close()
+
+
+def json_error(answer: tuple[int, dict[str, str], bytes], status: int, code: str) -> dict:
+    got, headers, content = answer
+    assert got == status, content[:300]
+    assert headers["content-type"] == "application/json", headers
+    error = json.loads(content)["error"]
+    assert error["code"] == code and error["message"]
+    return error
+
+
+BIG = 2621440 + 1  # one byte over Django's default DATA_UPLOAD_MAX_MEMORY_SIZE
+
+
+def test_hostile_bodies_get_json_4xx_from_the_live_server(server):
+    base, _ = server
+    _, submit = make_user("alice", "submit_tasks")
+    _, execute = make_user("runner", "execute_tasks")
+    surrogate = rb'{"definition": "e2e/sum", "params": {"a": [0, 1, "\ud800"]}}'
+    assert json_error(send(base, submit, "POST", "", surrogate), 400, "invalid_request")[
+        "path"
+    ] == ("/params/a/2")
+    nul = rb'{"definition": "e2e/sum", "label": "\u0000"}'
+    assert (
+        json_error(send(base, submit, "POST", "", nul), 400, "invalid_request")["path"] == "/label"
+    )
+    deep = b'{"definition": "e2e/sum", "params": ' + b"[" * 3000 + b"]" * 3000 + b"}"
+    json_error(send(base, submit, "POST", "", deep), 400, "invalid_json")
+    json_error(
+        send(base, execute, "POST", "long-poll", b"[" * 3000 + b"]" * 3000), 400, "invalid_json"
+    )
+    plain = b'{"definitions": ["e2e/sum"], "timeout": 0}'
+    for path in ("poll", "long-poll"):
+        answer = send(base, execute, "POST", path, plain, content_type="text/plain")
+        json_error(answer, 415, "unsupported_media_type")
+    assert not Task.objects.exists()
+
+
+@pytest.mark.parametrize("path", ["", "poll", "long-poll"])
+@pytest.mark.parametrize("framing", ["content-length", "chunked"])
+def test_a_body_over_the_size_limit_is_a_json_413_from_the_live_server(server, path, framing):
+    base, _ = server
+    _, token = make_user("root", "submit_tasks", "execute_tasks")
+    body = b'{"definition": "e2e/sum", "params": "' + b"x" * BIG + b'"}'
+    if framing == "chunked":
+        answer = send(
+            base, token, "POST", path, [body[i : i + 65536] for i in range(0, len(body), 65536)]
+        )
+    else:
+        answer = send(base, token, "POST", path, body)
+    assert "DATA_UPLOAD_MAX_MEMORY_SIZE" in json_error(answer, 413, "body_too_large")["message"]
+    assert not Task.objects.exists()
+
+
+@pytest.mark.parametrize("framing", ["content-length", "chunked"])
+def test_a_long_poll_reads_a_valid_body_over_64_kib_whole(server, framing):
+    base, _ = server
+    _, token = make_user("root", "submit_tasks", "execute_tasks")
+    created = call(base, token, "POST", "", {"definition": "e2e/sum", "params": {"a": 1, "b": 2}})
+    assert created[0] == 201
+    body = b'{"definitions": ["e2e/sum"],' + b" " * 100_000 + b'"timeout": 5}'
+    chunks = [body[i : i + 8192] for i in range(0, len(body), 8192)]
+    status, _, content = send(
+        base, token, "POST", "long-poll", chunks if framing == "chunked" else body
+    )
+    assert status == 200, content[:300]
+    assert [task["id"] for task in json.loads(content)["tasks"]] == [created[1]["id"]]
+
+
+def test_head_answers_like_get_from_the_live_server(server):
+    base, _ = server
+    _, token = make_user("alice", "submit_tasks")
+    created = call(base, token, "POST", "", {"definition": "e2e/sum", "params": {"a": 1, "b": 2}})
+    for path in ("", str(created[1]["id"]), "definitions", "openapi.json"):
+        got_status, got_headers, got = send(base, token, "GET", path, content_type=None)
+        status, headers, content = send(base, token, "HEAD", path, content_type=None)
+        assert (status, got_status) == (200, 200), path
+        assert content == b""
+        assert headers["content-type"] == got_headers["content-type"] == "application/json"
+        assert int(headers["content-length"]) == len(got), path
+    status, headers, _ = send(base, token, "HEAD", "long-poll", content_type=None)
+    assert (status, headers["allow"]) == (405, "POST")

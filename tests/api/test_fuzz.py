@@ -4,7 +4,9 @@ document."""
 
 from __future__ import annotations
 
+import copy
 import json
+from collections import Counter
 
 import pytest
 import schemathesis
@@ -53,12 +55,17 @@ def token(transactional_db) -> str:
     from django_tasks_coord.api.auth import issue_token
 
     _, value = issue_token(User.objects.create_superuser("fuzz"))
+    _some_tasks()
+    return value
+
+
+def _some_tasks() -> None:
+    """Three tasks of each of two definitions: one in progress, two ready."""
     for definition in ("test/basic", "test/limited"):
         for _ in range(3):
             executions.create(definition)
         (task,) = executions.poll([definition], 1)
         executions.start(task.pk, task.exec_id)
-    return value
 
 
 @schema.parametrize()
@@ -147,3 +154,79 @@ def test_fuzzed_bodies_never_produce_a_500(token, body, path, method):
     assert response.status_code < 500, response.content
     assert response["Content-Type"] == "application/json"
     assert "error" in json.loads(response.content) or response.status_code < 300
+
+
+# --- stateful: the executor calls with the exec_ids the API handed out ---------------------------
+
+
+EXECUTOR_CALLS = ("start", "notify", "success", "fail")
+
+
+def _stateful_document() -> dict:
+    """The published document's executor operations, with the definition names of requests
+    narrowed to the declared ones: random names only reach 404s, and the links need tasks
+    that exist."""
+    document = copy.deepcopy(openapi.document("/tasks"))
+    # The executor's operations only: a user's cancel would end most chains with a 409.
+    executor_paths = ["/poll", "/long-poll", *(f"/{{task_id}}/{call}" for call in EXECUTOR_CALLS)]
+    document["paths"] = {path: document["paths"][path] for path in executor_paths}
+    names = {"type": "string", "enum": ["test/basic", "test/limited"]}
+    schemas = document["components"]["schemas"]
+    for request in ("PollRequest", "LongPollRequest"):
+        schemas[request]["properties"]["definitions"]["items"] = names
+    schemas["CreateRequest"]["properties"]["definition"] = names
+    return document
+
+
+stateful_schema = schemathesis.openapi.from_dict(_stateful_document())
+stateful_schema.app = WSGIHandler()
+stateful_schema.auth(refresh_interval=None)(BearerToken)
+#: (method, path template, status) of every call the state machine made.
+SEEN: Counter[tuple[str, str, int]] = Counter()
+
+
+class ExecutorWorkflow(stateful_schema.as_state_machine()):  # type: ignore[misc]
+    """Follows the document's links: poll/long-poll -> start -> notify/success/fail, with the
+    task ids and exec_ids the previous response carried."""
+
+    def setup(self) -> None:
+        """Every scenario starts from the same tasks, so that its links resolve alike."""
+        Task.objects.all().delete()
+        _some_tasks()
+
+    def after_call(self, response, case) -> None:
+        SEEN[(case.method.upper(), case.path, response.status_code)] += 1
+
+    def validate_response(self, response, case, **kwargs) -> None:
+        assert response.status_code < 500, response.text
+        headers = {name.lower(): values for name, values in response.headers.items()}
+        assert headers["content-type"] == ["application/json"], response.text
+        case.validate_response(response, excluded_checks=[positive_data_acceptance])
+
+
+def test_executor_calls_with_valid_exec_ids_conform_to_the_document(token):
+    """Every step conforms; and the run must reach start, notify, success and fail with the
+    exec_ids the API handed out (a 200 each). Schemathesis follows a link's values with a
+    (truly random) probability, so the run goes on in rounds until it has, at most 8."""
+    TOKEN[:] = [token]
+    SEEN.clear()
+    wanted = {("POST", f"/{{task_id}}/{call}") for call in EXECUTOR_CALLS}
+
+    def reached() -> set[tuple[str, str]]:
+        return {(method, path) for (method, path, status) in SEEN if status == 200} & wanted
+
+    with override_settings(TASKS_COORD=FAST_LONG_POLLS, ALLOWED_HOSTS=["localhost"]):
+        for _ in range(8):
+            ExecutorWorkflow.run(
+                settings=settings(
+                    max_examples=25,
+                    stateful_step_count=10,
+                    deadline=None,
+                    suppress_health_check=list(HealthCheck),
+                    database=None,
+                )
+            )
+            if reached() == wanted:
+                break
+    print(f"\nstateful run: {sorted(SEEN.items())}")
+    assert reached() == wanted, str(sorted(SEEN.items()))

@@ -105,6 +105,26 @@ def test_a_failure_is_retried_after_the_retry_delay_then_fails_for_good(submitte
     assert [entry["exec_id"] for entry in log] == [task["exec_id"], again["exec_id"]]
 
 
+def test_a_task_that_succeeds_after_a_failed_attempt_shows_no_error(submitter, executor, clock):
+    """`error` is the last failed attempt's while the task is retried, none once it succeeded."""
+    submitter.ok("POST", "", {"definition": "test/basic"}, expect=201)
+    task = run_one(executor)
+    failed = executor.ok(
+        "POST", f"{task['id']}/fail", {"exec_id": task["exec_id"], "error": {"code": "smtp"}}
+    )
+    assert (failed["status"], failed["error"]) == ("waiting", {"code": "smtp"})
+    clock.advance(10)
+    again = run_one(executor)
+    assert (again["status"], again["error"]) == ("in_progress", {"code": "smtp"})
+    done = executor.ok(
+        "POST", f"{task['id']}/success", {"exec_id": again["exec_id"], "result": {"ok": 1}}
+    )
+    assert (done["outcome"], done["outcome_reason"], done["error"]) == ("succeeded", None, None)
+    assert done["retry_count"] == 1  # the failed attempt is still counted
+    assert submitter.ok("GET", str(task["id"]))["error"] is None
+    assert Task.objects.get(pk=task["id"]).error_detail is None
+
+
 def test_a_failure_without_an_error_is_an_unknown_error(submitter, executor):
     submitter.ok("POST", "", {"definition": "test/basic"}, expect=201)
     task = run_one(executor)

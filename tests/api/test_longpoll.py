@@ -95,3 +95,34 @@ def test_its_errors(executor, transactional_db):
     )
     assert executor.post("long-poll", "{").status_code == 400
     assert executor.call("GET", "long-poll").status_code == 405
+
+
+@pytest.mark.parametrize("revoke", ["delete the token", "withdraw the permission"])
+def test_a_waiting_long_poll_whose_token_is_revoked_claims_nothing(executor, revoke):
+    """The token is checked again before each claim, not only when the long-poll began."""
+    from django.contrib.auth.models import Permission
+
+    from django_tasks_coord.models import ApiToken, Task
+
+    created: list[int] = []
+
+    def revoke_then_create() -> None:
+        wait_for(waiting, timeout=10)
+        if revoke == "delete the token":
+            ApiToken.objects.all().delete()
+        else:
+            user = ApiToken.objects.get().user
+            user.user_permissions.remove(Permission.objects.get(codename="execute_tasks"))
+        created.append(executions.create("test/basic").pk)
+        connections.close_all()
+
+    thread = threading.Thread(target=revoke_then_create)
+    thread.start()
+    response = executor.post("long-poll", {"definitions": ["test/basic"], "timeout": 20})
+    thread.join()
+    expected = (
+        (401, "not_authenticated") if revoke == "delete the token" else (403, "permission_denied")
+    )
+    assert (response.status_code, response.json_body["error"]["code"]) == expected
+    task = Task.objects.get(pk=created[0])
+    assert (executions.status(task)[0].value, task.exec_id) == ("ready", None)  # not handed out

@@ -56,3 +56,16 @@ def test_the_document_is_served_with_the_mount_point_as_server(client):
     assert served["servers"] == [{"url": "/tasks"}]
     assert served == openapi.document("/tasks")
     assert served["openapi"].startswith("3.1")
+
+
+def test_the_document_states_the_limits_the_server_applies():
+    from django_tasks_coord import validation
+
+    bad_body = openapi.document()["paths"]["/"]["post"]["responses"]["400"]["description"]
+    assert f"more than {validation.MAX_JSON_DEPTH} levels" in bad_body
+    assert all(
+        {"400", "413", "415"} <= set(operation["responses"])
+        for item in openapi.document()["paths"].values()
+        for operation in item.values()
+        if "requestBody" in operation
+    )
