@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from django.utils import timezone
@@ -58,11 +59,21 @@ def entry(task: Task, decision: Decision, node: str | None) -> dict[str, Any]:
     return found
 
 
-def record(task_type: TaskType | None, task: Task, decision: Decision, node: str | None) -> bool:
+def record(
+    task_type: TaskType | None,
+    task: Task,
+    decision: Decision,
+    node: str | None,
+    *,
+    wait: Callable[[float], bool] | None = None,
+) -> bool:
     """Append this attempt to ``task``'s log if it must be kept (see the module docstring).
 
-    Returns whether an entry was written. Never raises: the log is an aid, the
-    completion that follows is what counts.
+    Returns whether an entry was written. A lost database connection is waited out like
+    every write of a node (:func:`~django_tasks_coord.db.retry_while_lost`; ``wait``
+    sleeps between tries and returns True to give up): the write is fenced by the claim,
+    so repeating it is safe. Never raises: the log is an aid, the completion that follows
+    is what counts.
     """
     if task_type is not None and task_type.keeps_attempt_log:
         return False  # its own worker writes the log (Django tasks)
@@ -73,7 +84,10 @@ def record(task_type: TaskType | None, task: Task, decision: Decision, node: str
         held = Task.objects.using(db.alias()).filter(
             topic_id=task.topic_id, pk=task.pk, state=TaskState.ACTIVE, exec_id=task.exec_id
         )
-        if held.update(attempt_log=log) != 1:
+        written = db.retry_while_lost(
+            lambda: held.update(attempt_log=log), what="Writing an attempt log", wait=wait
+        )
+        if written != 1:
             return False  # the claim was lost: the completion will say so
     except Exception:
         logger.exception("Could not write the attempt log of %s.", task)

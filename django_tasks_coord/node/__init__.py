@@ -468,7 +468,8 @@ class Node:
         ``final`` failures (no handler, attempts used up by dead nodes) are never retried.
         """
         assert self._completer is not None
-        record_attempt(task_type, task, decision, self.node_id)  # consumers' attempt log
+        # consumers' attempt log
+        record_attempt(task_type, task, decision, self.node_id, wait=self.wait_unless_forced)
         retry_at = None
         if not final and task_type is not None and decision.result is Result.FAILURE:
             retry_at = db.retry_while_lost(  # a job's policy is read from the database

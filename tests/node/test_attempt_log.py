@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 
-from django_tasks_coord import handlers, queue
+from django.db import OperationalError
+from django.db.models import QuerySet
+
+from django_tasks_coord import db, handlers, queue
 from django_tasks_coord.enums import TaskState
 from django_tasks_coord.models import Task
 from django_tasks_coord.retry import RetryPolicy
@@ -44,3 +48,37 @@ def test_each_attempt_of_a_consumer_task_is_logged(make_node, work_topic):
     started, finished = (datetime.fromisoformat(first[k]) for k in ("started_at", "finished_at"))
     assert started <= finished
     assert fine.attempt_log in (None, [])  # a first-attempt success costs no extra write
+
+
+def test_an_attempt_log_write_that_lost_its_connection_is_written_again(
+    make_node, work_topic, monkeypatch, caplog
+):
+    """A lost connection while the log is written is waited out like every write of a node
+    (the database restart test asserts that an outage logs no ERROR)."""
+    real_update = QuerySet.update
+    failures: list[dict] = []
+
+    def update(self, **fields):
+        if "attempt_log" in fields and len(failures) < 2:
+            failures.append(fields)
+            raise OperationalError("server closed the connection unexpectedly")
+        return real_update(self, **fields)
+
+    monkeypatch.setattr(QuerySet, "update", update)
+    monkeypatch.setattr(db, "RECONNECT_DELAY", 0.01)
+    handlers.register(
+        "work",
+        handlers.registry.consumers()["work"].func,
+        retry=RetryPolicy(max_attempts=2, retry_interval=0, jitter=0),
+    )
+    queue.push("work", "flaky", {"fail_times": 1})
+    with caplog.at_level(logging.WARNING, logger="django_tasks_coord"):
+        assert run(make_node()) == 0
+    assert len(failures) == 2
+    flaky = Task.objects.get(identifier="flaky")
+    assert flaky.state == TaskState.SUCCEEDED
+    assert [(e["attempt"], e["outcome"]) for e in flaky.attempt_log] == [
+        (1, "failed"),
+        (2, "succeeded"),
+    ]
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
