@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
 import gc
 import logging
 import signal
 import sys
 import threading
-from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -17,26 +15,12 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django_tasks_coord import definitions, handlers
 from django_tasks_coord.conf import DEFAULTS, app_settings
 from django_tasks_coord.exceptions import ConfigurationError, DuplicateOwnerError
+from django_tasks_coord.management.commands._arguments import (
+    non_negative_float,
+    number,
+    positive_int,
+)
 from django_tasks_coord.node import Node, NodeConfig
-
-
-def _number(kind: Callable[[str], float], minimum: float, what: str) -> Callable[[str], Any]:
-    """An argparse type converting with ``kind`` and refusing values below ``minimum``."""
-
-    def convert(value: str) -> float:
-        try:
-            number = kind(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{value!r} is not {what}") from None
-        if number < minimum:
-            raise argparse.ArgumentTypeError(f"{value!r} must be at least {minimum}")
-        return number
-
-    return convert
-
-
-positive_int = _number(int, 1, "an integer")
-non_negative_float = _number(float, 0, "a number")
 
 
 def _help(text: str, setting: str, when_unset: str | None = None) -> str:
@@ -160,7 +144,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--metrics-port",
-            type=_number(int, 0, "a port number"),
+            type=number(int, 0, "a port number"),
             help=_help(
                 "Serve this node's Prometheus metrics on this port ([metrics] extra).",
                 "METRICS_PORT",

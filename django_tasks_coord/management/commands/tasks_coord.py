@@ -19,6 +19,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django_tasks_coord import operations
 from django_tasks_coord.enums import TaskState
 from django_tasks_coord.exceptions import TasksCoordError
+from django_tasks_coord.management.commands._arguments import number
 from django_tasks_coord.operations import Action, TaskFilter
 
 _BULK_HELP = {
@@ -49,24 +50,8 @@ def _state(value: str) -> TaskState:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _count(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
-    if not 0 < number <= operations.MAX_LIST:
-        raise argparse.ArgumentTypeError(f"{value!r} must be between 1 and {operations.MAX_LIST}")
-    return number
-
-
-def _sequence(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a task sequence (a number)") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"{value!r} must be at least 1")
-    return number
+_count = number(int, 1, "a whole number", maximum=operations.MAX_LIST)
+_sequence = number(int, 1, "a task sequence (a number)")
 
 
 def actor() -> str:

@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from django_tasks_coord.api.auth import issue_token
-from django_tasks_coord.management.commands.runscheduler import non_negative_float
+from django_tasks_coord.management.commands._arguments import non_negative_float
 
 
 class Command(BaseCommand):

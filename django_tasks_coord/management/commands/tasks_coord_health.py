@@ -2,33 +2,16 @@
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_tasks_coord import health
 from django_tasks_coord.exceptions import ConfigurationError
+from django_tasks_coord.management.commands._arguments import number
 
-
-def _positive_seconds(value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
-    if not seconds > 0:
-        raise argparse.ArgumentTypeError(f"{value!r} must be more than 0")
-    return seconds
-
-
-def _pid(value: str) -> int:
-    try:
-        pid = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a process id") from None
-    if pid < 1:
-        raise argparse.ArgumentTypeError(f"{value!r} must be at least 1")
-    return pid
+_positive_seconds = number(float, 0, "a number", exclusive=True)
+_pid = number(int, 1, "a process id")
 
 
 class Command(BaseCommand):

@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
 from datetime import timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from django_tasks_coord.management.commands._arguments import number
 
-def _seconds(value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
-    if seconds < 0:
-        raise argparse.ArgumentTypeError(f"{value!r} must be at least 0")
-    return seconds
+_seconds = number(float, 0, "a number of seconds")
 
 
 class Command(BaseCommand):
