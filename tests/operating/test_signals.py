@@ -7,6 +7,7 @@ import logging
 import re
 from collections.abc import Iterator
 from datetime import timedelta
+from importlib.util import find_spec
 
 import pytest
 from django.db import DatabaseError
@@ -15,13 +16,18 @@ from django.dispatch import Signal
 from django.utils import timezone
 
 from django_tasks_coord import handlers, queue, scheduling, signals
-from django_tasks_coord.backends.compat import TaskResultStatus, task_finished
 from django_tasks_coord.enums import Result, TaskState
 from django_tasks_coord.models import PeriodicTask, Task, TokenHolder
 from django_tasks_coord.node.leadership import Leadership
 from django_tasks_coord.scheduling import JOBS_TOPIC, scheduler
 from django_tasks_coord.topics import register_internal_topic
 from tests.node.conftest import run
+
+#: Django's task framework (django.tasks, or the backport on Django 5.2): the @task tests need it.
+HAS_TASKS = bool(find_spec("django.tasks") or find_spec("django_tasks"))
+needs_tasks = pytest.mark.skipif(not HAS_TASKS, reason="needs Django's task framework")
+if HAS_TASKS:
+    from django_tasks_coord.backends.compat import TaskResultStatus, task_finished
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -151,6 +157,7 @@ def outcome_writes_fail(monkeypatch):
     return failures
 
 
+@needs_tasks
 def test_a_task_outcome_is_signalled_once_after_it_is_stored(make_node, outcome_writes_fail):
     """A @task succeeds but its outcome write fails: it expires and runs again. Only the
     stored outcome is announced, once (it was announced twice: the lost one and the retry's)."""
@@ -185,6 +192,7 @@ def test_a_task_outcome_is_signalled_once_after_it_is_stored(make_node, outcome_
     ]
 
 
+@needs_tasks
 def test_a_task_outcome_that_was_not_stored_is_not_signalled(make_node, received):
     """A @task succeeds after it was canceled: its outcome is refused, and nothing announces it."""
     from tests.backends import tasks
