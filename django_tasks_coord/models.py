@@ -186,15 +186,19 @@ class TaskQuerySet(models.QuerySet["Task"]):
         return self.filter(state__in=IN_FLIGHT)
 
     def rows(self, tasks: Iterable[Task]) -> TaskQuerySet:
-        """Exactly these tasks, by topic and sequence.
+        """Exactly these tasks, by topic and sequence (on MySQL/MariaDB by sequence alone).
 
         The topic lets PostgreSQL look only into the partitions of those topics when the
         task table is partitioned (:mod:`django_tasks_coord.partitions`).
         """
         tasks = list(tasks)
-        return self.filter(
-            topic_id__in={task.topic_id for task in tasks}, pk__in=[task.pk for task in tasks]
-        )
+        keys = [task.pk for task in tasks]
+        if connections[self.db].vendor == "mysql":
+            # One table there, so the topic buys nothing; worse, with it MySQL may walk an
+            # index of the topic's rows instead of looking these up by key, and then wait on
+            # a row another transaction holds (one SKIP LOCKED left out of ``tasks``).
+            return self.filter(pk__in=keys)
+        return self.filter(topic_id__in={task.topic_id for task in tasks}, pk__in=keys)
 
     def completed(self) -> TaskQuerySet:
         """Tasks in any completed state (one range of ordinals)."""

@@ -92,10 +92,10 @@ def start_node(log: Path) -> subprocess.Popen[str]:
         )
 
 
-def push_work(prefix: str, tasks: int, django_tasks: int) -> None:
+def push_work(prefix: str, tasks: int, django_tasks: int, sleep: float = 0.01) -> None:
     from tests.backends import tasks as task_functions
 
-    queue.push_many("steady", [(f"{prefix}{i}", {"sleep": 0.01}) for i in range(tasks)])
+    queue.push_many("steady", [(f"{prefix}{i}", {"sleep": sleep}) for i in range(tasks)])
     for i in range(django_tasks):
         task_functions.patient.enqueue(f"{prefix}{i}")
 
@@ -129,6 +129,10 @@ def test_a_database_outage_stops_no_node_and_loses_no_work(outage, request, tmp_
         wait_for(lambda: HealthCheck.objects.filter(group_id="g").count() == NODES, timeout=60)
         wait_for(lambda: Run.objects.filter(topic="steady").count() >= 50, timeout=60)
         wait_for(lambda: ticks_since(start) >= 2 and ticks_since(start, "lead") >= 2, timeout=60)
+        # The outage comes while work is in flight: a batch pushed now, some of it claimed
+        # (the first batch may be drained by now on a fast machine).
+        push_work("during-", 200, 0, sleep=0.05)
+        wait_for(lambda: Run.objects.filter(identifier__startswith="during-").exists())
         assert unfinished() > 0, "the outage must come while work is in flight"
 
         if server is not None:
@@ -153,7 +157,7 @@ def test_a_database_outage_stops_no_node_and_loses_no_work(outage, request, tmp_
     assert [node.returncode for node in nodes] == [0] * NODES, output
     states = Task.objects.filter(topic_id__in=["steady", "default"]).values_list("state", flat=True)
     assert set(states) == {TaskState.SUCCEEDED}  # nothing failed, nothing left ACTIVE
-    assert Task.objects.filter(topic_id="steady").count() == 400
+    assert Task.objects.filter(topic_id="steady").count() == 600
     assert Task.objects.filter(topic_id="default").count() == 15
     for job in ("tick", "lead"):  # no slot ran twice
         slots = list(Run.objects.filter(identifier=job).values_list("slot", flat=True))
