@@ -308,7 +308,14 @@ class Node:
             )
             self._claim_seconds.add(time.monotonic() - started)
             if tasks and topic.startswith(GROUP_TOPIC_PREFIX):
-                tasks = self._stamp_term(tasks)
+                try:
+                    tasks = self._stamp_term(tasks)
+                except DatabaseError:
+                    # Claimed but neither stamped nor started: give them back now, or they
+                    # would stay ACTIVE under this live node, which does not hold them.
+                    self._add_in_flight(len(tasks))  # _release counts each one done
+                    self._release(tasks, refund_attempt=True)
+                    raise
             if tasks:
                 self._add_in_flight(len(tasks))
                 claimed += len(tasks)
@@ -335,7 +342,11 @@ class Node:
             )
             claimed = Task.objects.using(db.alias()).rows(tasks)
             held = claimed.filter(state=TaskState.ACTIVE, exec_id=tasks[0].exec_id)
-            stamped = held.filter(Exists(holder)).update(term=term)
+            stamped = db.retry_while_lost(  # the same UPDATE again is harmless
+                lambda: held.filter(Exists(holder)).update(term=term),
+                what="Stamping leader-only runs",
+                wait=self.wait_unless_forced,
+            )
         if stamped == len(tasks):
             for task in tasks:
                 task.term = term

@@ -6,7 +6,8 @@ In-process nodes on the real database (each of the three)."""
 from __future__ import annotations
 
 import pytest
-from django.db.models import F
+from django.db import OperationalError
+from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from django_tasks_coord import coordination, queue, scheduling
@@ -72,3 +73,27 @@ def test_a_run_claimed_as_the_lead_was_lost_goes_back_to_the_new_leader(
     assert (task.state, task.attempts, task.term) == (TaskState.SUCCEEDED, 1, term)
     assert term > 1
     assert list(Run.objects.values_list("identifier", "node", "attempt")) == [("j", "other", 1)]
+
+
+def test_a_run_whose_stamp_failed_goes_back_and_runs_once(make_node, monkeypatch):
+    """The stamp's UPDATE fails (a lock timeout, not a lost connection): the run is not left
+    ACTIVE under the node, unknown to it; it goes back and the leader runs it, once."""
+    scheduling.schedule_one_time(RECORD, timezone.now(), group="g", leader_only=True, job_id="j")
+    (submitted,) = scheduler.submit_due()
+    real_update = QuerySet.update
+    failed: list[dict] = []
+
+    def update(self, **fields):
+        if "term" in fields and not failed:
+            failed.append(fields)
+            raise OperationalError("database is locked")
+        return real_update(self, **fields)
+
+    monkeypatch.setattr(QuerySet, "update", update)
+    node = make_node(node_id="leader", group="g", topics=["work"], scheduler=False)
+    assert run(node) == 0
+    assert len(failed) == 1
+    task = Task.objects.get(pk=submitted.pk)
+    term = TokenHolder.objects.get(group_id="g").term
+    assert (task.state, task.attempts, task.term) == (TaskState.SUCCEEDED, 1, term)
+    assert list(Run.objects.values_list("identifier", "node")) == [("j", "leader")]
