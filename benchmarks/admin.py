@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    python benchmarks/admin.py [--rows 1000000] [--repeat 7] [--no-write]
+    python -m benchmarks.admin [--rows 1000000] [--repeat 7] [--no-write]
 
 Fills a dedicated PostgreSQL database (``bench_admin`` on 127.0.0.1:5432, or
 ``BENCH_ADMIN_URL``) with ``--rows`` tasks spread over 10 topics and 50,000
@@ -15,17 +15,7 @@ is a filtered changelist under 500 ms. The table is kept between runs (only miss
 rows are added). Results go to ``benchmarks/results/admin.{json,md}``.
 """
 
-# Run as a script, this folder is sys.path[0], and its queue.py would shadow the standard
-# library's queue (imported by psycopg): benchmarks.common, imported first, keeps it off the path.
 from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import RESULTS, create_database, load_average
-
-# isort: split
 
 import argparse
 import json
@@ -35,6 +25,8 @@ import statistics
 import time
 from datetime import UTC, datetime
 from typing import Any
+
+from benchmarks.common import RESULTS, create_database, load_average
 
 TARGET_MS = 500
 URL = "/admin/django_tasks_coord/task/"

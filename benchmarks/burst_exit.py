@@ -1,7 +1,7 @@
 """Exit and stop times: how long a node takes to exit once it has nothing left to do.
 
 Measured on each database asked for (``--databases``, all three by default), each a real
-``manage.py runscheduler`` subprocess (``bench_settings.py``, the ``noop`` consumer, default
+``runscheduler`` subprocess (``benchmarks.settings``, the ``noop`` consumer, default
 ``TASKS_COORD`` settings), ``--runs`` times; figures are medians (the runs are in the JSON):
 
 - **idle burst**: ``--burst`` with nothing queued and no job due; from the moment its
@@ -18,7 +18,7 @@ temporary directory) to measure the code before a change.
 Usage::
 
     ./run bench burst_exit
-    python benchmarks/burst_exit.py --databases sqlite,postgres,mysql --runs 5
+    python -m benchmarks.burst_exit --databases sqlite,postgres,mysql --runs 5
 
 Results: ``benchmarks/results/burst_exit.json`` and ``benchmarks/results/burst_exit.md``.
 Targets: a burst exits within 0.5 s once nothing is left; an idle node stops within 1 s.
@@ -26,25 +26,20 @@ Targets: a burst exits within 0.5 s once nothing is left; an idle node stops wit
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks import common
-from benchmarks.common import LABELS, ROOT, configure_django, git_revision, load_average, machine
-
-# isort: split
-
 import argparse
-import json
-import os
 import signal
 import statistics
-import subprocess
-import threading
+import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
+
+from benchmarks import common
+from benchmarks.cluster import Cluster, Node
+from benchmarks.common import LABELS, ROOT, configure_django, git_revision, load_average, machine
 
 DB_NAME = "bench_burst_exit"
 TOPIC = "noop"
@@ -65,55 +60,31 @@ def prepare(vendor: str) -> None:
     common.tidy(vendor)
 
 
-class Node:
-    """One ``runscheduler`` subprocess whose stdout lines are timestamped as they arrive."""
+@contextmanager
+def node(vendor: str, root: Path, *flags: str) -> Iterator[Node]:
+    """One ``runscheduler`` subprocess run from ``root`` (its output lines timestamped as
+    they arrive); killed on the way out if still there."""
+    env = common.bench_env(common.database(vendor, DB_NAME))
+    with Cluster(env, source=root) as cluster:
+        yield cluster.start("--topic", TOPIC, *flags)
 
-    def __init__(self, vendor: str, root: Path, *flags: str) -> None:
-        env = common.subprocess_env(
-            "benchmarks.bench_settings", BENCH_DATABASE=json.dumps(common.database(vendor, DB_NAME))
-        )
-        env["PYTHONPATH"] = f"{root}{os.pathsep}{ROOT}"  # the checkout measured comes first
-        cmd = [sys.executable, "-m", "django", "runscheduler", "--topic", TOPIC, *flags]
-        self.proc = subprocess.Popen(
-            cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-        self.lines: list[tuple[float, str]] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
 
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append((time.monotonic(), line.rstrip()))
-
-    def line_at(self, text: str, timeout: float = 120) -> float:
-        """When the first line containing ``text`` arrived (waits for it)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for at, line in list(self.lines):
-                if text in line:
-                    return at
-            if self.proc.poll() is not None and not self._reader.is_alive():
-                break
-            time.sleep(0.01)
-        raise RuntimeError(f"no line {text!r}:\n" + "\n".join(line for _, line in self.lines))
-
-    def wait(self, timeout: float = 120) -> tuple[float, float]:
-        """Wait for the exit; (monotonic, wall-clock) time of the exit."""
-        code = self.proc.wait(timeout)
-        ended, wall = time.monotonic(), time.time()
-        self._reader.join(10)
-        if code != 0:
-            raise RuntimeError(f"exit {code}:\n" + "\n".join(line for _, line in self.lines))
-        return ended, wall
+def exit_time(node: Node, timeout: float = 120) -> tuple[float, float]:
+    """Wait for the node's exit; (monotonic, wall-clock) time of the exit. Raise if it failed."""
+    code = node.proc.wait(timeout)
+    ended, wall = time.monotonic(), time.time()
+    node.wait(10)
+    if code != 0:
+        raise RuntimeError(f"exit {code}:\n{node.output()}")
+    return ended, wall
 
 
 def idle_burst(vendor: str, root: Path) -> float:
     """Seconds from "nothing is due" to the exit of an idle burst."""
     prepare(vendor)
-    node = Node(vendor, root, "--burst")
-    said = node.line_at("nothing is due")
-    ended, _ = node.wait()
+    with node(vendor, root, "--burst") as burst:
+        said = burst.line_at("nothing is due")
+        ended, _ = exit_time(burst)
     return ended - said
 
 
@@ -128,8 +99,8 @@ def busy_burst(vendor: str, root: Path, tasks: int) -> float:
     with common.on(vendor):
         queue.push_many(TOPIC, [(f"t{i}", {}) for i in range(tasks)])
     common.tidy(vendor)
-    node = Node(vendor, root, "--burst")
-    _, exited = node.wait()
+    with node(vendor, root, "--burst") as burst:
+        _, exited = exit_time(burst)
     last = Task.objects.using(vendor).aggregate(m=Max("finished_at"))["m"]
     common.tidy(vendor)
     assert last is not None, "no task finished"
@@ -139,12 +110,12 @@ def busy_burst(vendor: str, root: Path, tasks: int) -> float:
 def idle_stop(vendor: str, root: Path, idle: float) -> float:
     """Seconds from SIGINT to the exit of a node idle for ``idle`` seconds."""
     prepare(vendor)
-    node = Node(vendor, root)
-    node.line_at("started")
-    time.sleep(idle)  # let the node settle into its idle waits (the point of the measurement)
-    sent = time.monotonic()
-    node.proc.send_signal(signal.SIGINT)
-    ended, _ = node.wait()
+    with node(vendor, root) as idle_node:
+        idle_node.line_at("started")
+        time.sleep(idle)  # let the node settle into its idle waits (the point of the measurement)
+        sent = time.monotonic()
+        idle_node.signal(signal.SIGINT)
+        ended, _ = exit_time(idle_node)
     return ended - sent
 
 

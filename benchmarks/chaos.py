@@ -1,6 +1,6 @@
 """Chaos run for warm backup: random SIGKILL / SIGSTOP / SIGTERM of the token holder.
 
-Three ``manage.py runscheduler --group chaos`` nodes share one database. A leader-only job
+Three ``runscheduler --group chaos`` nodes share one database. A leader-only job
 fires every ``--interval`` seconds (``scheduling.schedule_recurring(..., leader_only=True)``);
 each run sleeps 50-200 ms (simulated work), then records itself (job id, slot, term, node,
 start and end) inside ``ctx.fenced()``, the run's commit point (``chaosapp/work.py``).
@@ -31,7 +31,7 @@ are counted too.
 Usage::
 
     ./run bench chaos
-    python benchmarks/chaos.py [--database postgres|mysql] [--events 50] [--seed 1]
+    python -m benchmarks.chaos [--database postgres|mysql] [--events 50] [--seed 1]
 
 Other options: ``--heartbeat 0.2``, ``--liveness 2.0``, ``--interval 0.5`` (node and job
 timings), ``--name bench_chaos`` (the database), ``--no-write``; two variants that aim at
@@ -45,18 +45,7 @@ and variant; the other entries are kept) and ``benchmarks/results/chaos.md``. Ea
 log is kept in a temporary directory named in the results. A run takes 3-6 minutes.
 """
 
-# Run as a script, this folder is sys.path[0], and its queue.py would shadow the standard
-# library's queue: benchmarks.common, imported first, keeps it off the path.
 from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks import common
-from benchmarks.common import RESULTS, ROOT, create_database, git, load_average, subprocess_env
-
-# isort: split
 
 import argparse
 import bisect
@@ -70,12 +59,18 @@ import re
 import signal
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
+
+from benchmarks import common
+from benchmarks.cluster import Cluster, Node
+from benchmarks.common import RESULTS, bench_env, create_database, git, load_average
 
 GROUP = "chaos"
 JOB_ID = "chaos-leader"
@@ -110,17 +105,13 @@ def node_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 def environment(config: dict[str, Any], settings: dict[str, Any]) -> dict[str, str]:
     """The environment of this process's Django and of every node it starts."""
-    return subprocess_env(
-        "benchmarks.chaos_settings",
-        CHAOS_DATABASE=json.dumps(config),
-        CHAOS_TASKS_COORD=json.dumps(settings),
-    )
+    return bench_env(config, app="chaosapp", tasks_coord=settings)
 
 
 def setup_django(env: dict[str, str]) -> None:
     """Configure Django here, migrate the chaos database and empty every table."""
-    os.environ.update({k: env[k] for k in ("DJANGO_SETTINGS_MODULE", "CHAOS_DATABASE")})
-    os.environ["CHAOS_TASKS_COORD"] = env["CHAOS_TASKS_COORD"]
+    keys = ("DJANGO_SETTINGS_MODULE", "BENCH_DATABASE", "BENCH_APP", "BENCH_TASKS_COORD")
+    os.environ.update({k: env[k] for k in keys})
     import django
     from django.core.management import call_command
 
@@ -143,93 +134,22 @@ def db_now() -> datetime:
 # --- nodes ----------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass
-class Node:
-    """One ``runscheduler`` subprocess and its log file."""
+class Group(Cluster):
+    """The group's nodes (``n1``, ``n2``...): started, replaced and stopped by the script.
 
-    node_id: str
-    proc: subprocess.Popen[bytes]
-    log: Path
-    stopped: bool = False  # SIGSTOPped, not continued yet
-    signalled: bool = False  # its end was caused by the script
-    reported: bool = False  # its unexpected end was reported
-
-    @property
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def tail(self, lines: int = 40) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-
-    def destroy(self) -> None:
-        """Kill it whatever state it is in (a stopped process is continued first)."""
-        if self.alive:
-            if self.stopped:
-                os.kill(self.proc.pid, signal.SIGCONT)
-            self.proc.kill()
-        self.proc.wait()
-
-
-class Cluster:
-    """The group's nodes: started, replaced and stopped by the script."""
+    Each node is ``runscheduler --group chaos --node-id nN -v 1``, in a session of its own (a
+    Ctrl-C of the script is not theirs: it reaps them), its log kept in ``logs``.
+    """
 
     def __init__(self, env: dict[str, str], logs: Path) -> None:
-        self.env, self.logs = env, logs
-        self.nodes: dict[str, Node] = {}
+        super().__init__(env, logs=logs, new_session=True)
         self._ids = 0
 
-    def start(self) -> Node:
+    def add(self) -> Node:
         self._ids += 1
         node_id = f"n{self._ids}"
-        log = self.logs / f"{node_id}.log"
-        with log.open("wb") as out:
-            proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "manage.py",
-                    "runscheduler",
-                    "--group",
-                    GROUP,
-                    "--node-id",
-                    node_id,
-                    "-v",
-                    "1",
-                ],
-                cwd=ROOT,
-                env={**self.env, "CHAOS_NODE": node_id},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # a Ctrl-C of the script is not theirs: it reaps them
-            )
-        node = Node(node_id, proc, log)
-        self.nodes[node_id] = node
-        return node
-
-    def casualties(self) -> list[Node]:
-        """Nodes that ended without a signal from the script (reported once each)."""
-        dead = [n for n in self.nodes.values() if not (n.alive or n.signalled or n.reported)]
-        for node in dead:
-            node.reported = True
-        return dead
-
-    def live(self) -> list[Node]:
-        return [node for node in self.nodes.values() if node.alive]
-
-    def stop_all(self) -> None:
-        for node in self.live():
-            node.signalled = True
-            if node.stopped:
-                os.kill(node.proc.pid, signal.SIGCONT)
-            node.proc.send_signal(signal.SIGTERM)
-        for node in self.nodes.values():
-            try:
-                node.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                node.destroy()
-
-    def destroy_all(self) -> None:
-        for node in self.nodes.values():
-            node.destroy()
+        args = ("--group", GROUP, "--node-id", node_id, "-v", "1")
+        return self.start(*args, name=node_id, env={"BENCH_NODE": node_id})
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, interval: float = 0.01) -> Any:
@@ -244,12 +164,12 @@ def wait_for(predicate: Callable[[], Any], timeout: float, interval: float = 0.0
         time.sleep(interval)  # polling a condition with a deadline
 
 
-def members_fresh(cluster: Cluster, liveness: float) -> bool:
+def members_fresh(cluster: Group, liveness: float) -> bool:
     """Every live node is a member with a fresh heartbeat (half a liveness) and an owner row."""
     from django_tasks_coord import db
     from django_tasks_coord.models import HealthCheck, Owner
 
-    live = {node.node_id for node in cluster.live()}
+    live = {node.name for node in cluster.live()}
     if len(live) < NODES:
         return False
     fresh = HealthCheck.objects.filter(
@@ -260,7 +180,7 @@ def members_fresh(cluster: Cluster, liveness: float) -> bool:
     return fresh.count() == len(live) and Owner.objects.filter(name__in=live).count() == len(live)
 
 
-def stable(cluster: Cluster, liveness: float) -> Any:
+def stable(cluster: Group, liveness: float) -> Any:
     """The leader once the group is stable: every member fresh, a run recorded under its term."""
     from benchmarks.chaosapp.models import LeaderRun
     from django_tasks_coord import coordination
@@ -275,7 +195,7 @@ def stable(cluster: Cluster, liveness: float) -> Any:
     return leader
 
 
-def evidence(cluster: Cluster) -> dict[str, Any]:
+def evidence(cluster: Group) -> dict[str, Any]:
     """What the database and the nodes looked like when something went wrong."""
     from django.db import connection
 
@@ -301,7 +221,7 @@ def evidence(cluster: Cluster) -> dict[str, Any]:
                 "FROM information_schema.innodb_trx"
             )
         found["transactions"] = [[str(v) for v in row] for row in cursor.fetchall()]
-    found["logs"] = {node.node_id: node.tail(30) for node in cluster.nodes.values()}
+    found["logs"] = {node.name: node.tail(30) for node in cluster.nodes.values()}
     return found
 
 
@@ -353,7 +273,7 @@ def kinds_for(events: int, rng: random.Random) -> list[str]:
 
 
 def strike(
-    cluster: Cluster, index: int, kind: str, leader: Any, rng: random.Random, args: Any
+    cluster: Group, index: int, kind: str, leader: Any, rng: random.Random, args: Any
 ) -> Event:
     """Send ``kind`` to the holder, snapshot the takeover, let the node end, replace it."""
     from django_tasks_coord.models import Owner
@@ -414,7 +334,7 @@ def strike(
         if event.exit_code != expected:
             event.anomalies.append(f"exit code {event.exit_code}, expected {expected}")
             event.evidence = event.evidence or {"log": node.tail(60)}
-    cluster.start()
+    cluster.add()
     return event
 
 
@@ -465,7 +385,7 @@ def stop_in_lock(node: Node, timeout: float = 60.0) -> int | None:
     postgres = connection.vendor == "postgresql"
     attempts, deadline = 0, time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if postgres and token_lock(node.node_id) is None:
+        if postgres and token_lock(node.name) is None:
             continue
         if not postgres:
             time.sleep(random.uniform(0.0, 0.02))  # a random moment of its heartbeat
@@ -521,31 +441,31 @@ def takeover(event: Event, args: Any, timeout: float, heartbeat: datetime | None
     return True
 
 
-def settle(cluster: Cluster, args: Any, event: Event | None) -> Any:
+def settle(cluster: Group, args: Any, event: Event | None) -> Any:
     """Wait until the group is stable again; replace (and report) nodes that died by themselves."""
 
     def check() -> Any:
         for node in cluster.casualties():
-            print(f"  node {node.node_id} exited by itself (code {node.proc.returncode})")
+            print(f"  node {node.name} exited by itself (code {node.proc.returncode})")
             if event is not None:
                 event.anomalies.append(
-                    f"node {node.node_id} exited by itself with code {node.proc.returncode}"
+                    f"node {node.name} exited by itself with code {node.proc.returncode}"
                 )
                 event.evidence = event.evidence or {}
-                event.evidence.setdefault("casualties", {})[node.node_id] = node.tail(60)
-            cluster.start()
+                event.evidence.setdefault("casualties", {})[node.name] = node.tail(60)
+            cluster.add()
         return stable(cluster, args.liveness)
 
     return wait_for(check, timeout=90, interval=0.05)
 
 
-def chaos(cluster: Cluster, args: Any) -> tuple[list[Event], dict[str, Any]]:
+def chaos(cluster: Group, args: Any) -> tuple[list[Event], dict[str, Any]]:
     """Start the group, schedule the job, strike ``args.events`` times; the events and facts."""
     from django_tasks_coord import coordination, scheduling
 
     rng = random.Random(args.seed)
     for _ in range(NODES):
-        cluster.start()
+        cluster.add()
     wait_for(lambda: coordination.leader(GROUP), timeout=90, interval=0.1)
     scheduling.schedule_recurring(
         JOB,
@@ -887,7 +807,7 @@ def others_running() -> list[str]:
     return [
         line.strip()
         for line in out.splitlines()[1:]
-        if any(word in line for word in ("benchmarks/", "pgbench", "procrastinate"))
+        if any(word in line for word in ("benchmarks/", "benchmarks.", "pgbench", "procrastinate"))
         and line.split()[0] not in mine
         and not line.split()[1].startswith("postgres:")
         and "chaos" not in line
@@ -931,12 +851,12 @@ def main() -> None:
     load_start = load_average()
     began, rev = time.monotonic(), revision()
     print(f"chaos run on {args.database}: {args.events} events, seed {args.seed}, logs in {logs}")
-    cluster = Cluster(env, logs)
+    cluster = Group(env, logs)
     try:
         events, facts = chaos(cluster, args)
-        cluster.stop_all()
+        cluster.stop(timeout=15)
     finally:
-        cluster.destroy_all()
+        cluster.destroy()
     summary = analyze(events, facts, args, logs)
 
     import django

@@ -1,33 +1,16 @@
-"""What the benchmark scripts share: paths, database servers, Django set-up, processes, metadata.
+"""What the benchmarks share: paths, database servers, Django set-up, processes, metadata.
 
-A script starts with::
+A benchmark is a module of the ``benchmarks`` package, run from the repository root as
+``python -m benchmarks.NAME``; it imports what it needs from here like any module::
 
-    import sys
-    from pathlib import Path
+    from benchmarks import common
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from benchmarks.common import ROOT, ...
-
-    # isort: split
-
-Run as a script, a benchmark's folder is ``sys.path[0]``, and ``benchmarks/queue.py`` would
-shadow the standard library's ``queue`` (imported by ``logging.handlers``,
-``concurrent.futures``, psycopg...): importing this module takes that folder off
-``sys.path``, so it must come before every other import but ``sys`` and ``pathlib``.
-
-Only the standard library is imported here at module level: the settings modules of the
-subprocesses (``bench_settings.py``, ``sched_settings.py``, ``chaos_settings.py``) import
-this module too, also in the peers' virtualenv, where this project is not installed.
+Only the standard library is imported here at module level: ``benchmarks.settings`` (the
+settings of every subprocess) imports this module too, also in the peers' virtualenv, where
+this project is not installed.
 """
 
-# ruff: noqa: E402
 from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 
 import json
 import math
@@ -39,8 +22,10 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RESULTS = HERE / "results"
 
@@ -75,6 +60,33 @@ def database(vendor: str, name: str) -> dict[str, Any]:
         config["NAME"] = str(Path(tempfile.gettempdir()) / f"{name}.sqlite3")
     else:
         config["NAME"] = name
+    return config
+
+
+def vendor_of(config: dict[str, Any]) -> str:
+    """``postgres``, ``mysql`` or ``sqlite``: the server of a ``DATABASES`` entry."""
+    engine = config["ENGINE"]
+    for vendor, server in SERVERS.items():
+        if server["ENGINE"] == engine:
+            return vendor
+    raise ValueError(f"No benchmark server for {engine!r}.")
+
+
+def database_from_url(url: str, name: str | None = None) -> dict[str, Any]:
+    """The ``DATABASES`` entry of ``url`` (django-environ syntax), named ``name`` if given.
+
+    The server's benchmark options (MySQL charset and isolation level, SQLite's busy
+    timeout) are added as :data:`SERVERS` has them; a SQLite ``name`` is a file in the
+    system temp directory, like :func:`database`'s.
+    """
+    import environ  # the project's test extra; only when a URL is given (not in the peers' venv)
+
+    config: dict[str, Any] = dict(environ.Env.db_url_config(url))
+    vendor = vendor_of(config)
+    for key, value in SERVERS[vendor].get("OPTIONS", {}).items():
+        config.setdefault("OPTIONS", {}).setdefault(key, value)
+    if name is not None:
+        config["NAME"] = database(vendor, name)["NAME"]
     return config
 
 
@@ -198,7 +210,7 @@ def mysql_variables(alias: str) -> dict[str, Any]:
 
 # --- settings of the subprocesses -------------------------------------------------------------
 
-# Imported by bench_settings.py, sched_settings.py and chaos_settings.py.
+# Imported by settings.py.
 SECRET_KEY = "benchmarks-only-not-secret"
 DEBUG = False
 USE_TZ = True
@@ -224,6 +236,25 @@ def subprocess_env(settings_module: str | None, **values: str) -> dict[str, str]
         env["DJANGO_SETTINGS_MODULE"] = settings_module
     env.update(PYTHONPATH=str(ROOT), **values)
     return env
+
+
+def bench_env(
+    config: dict[str, Any],
+    *,
+    app: str = "benchapp",
+    tasks_coord: dict[str, Any] | None = None,
+    **values: str,
+) -> dict[str, str]:
+    """The environment of a subprocess on ``benchmarks.settings``: database ``config``, the
+    benchmark ``app``, ``TASKS_COORD`` overrides and further ``BENCH_*`` ``values`` (see that
+    module's docstring)."""
+    return subprocess_env(
+        "benchmarks.settings",
+        BENCH_DATABASE=json.dumps(config),
+        BENCH_APP=app,
+        BENCH_TASKS_COORD=json.dumps(tasks_coord or {}),
+        **values,
+    )
 
 
 def terminate(procs: Iterable[subprocess.Popen[Any]], timeout: float) -> list[int]:

@@ -20,34 +20,13 @@ and no slower on SQLite.
 Usage::
 
     ./run bench django_tasks
-    python benchmarks/django_tasks.py --databases postgres,sqlite --tasks 10000 --repeat 1
+    python -m benchmarks.django_tasks --databases postgres,sqlite --tasks 10000 --repeat 1
 
 Results: ``benchmarks/results/django_tasks.json`` and ``benchmarks/results/django_tasks.md``.
 Reuses ``benchmarks/throughput.py``'s helpers (servers, processes, the peers' virtualenv).
 """
 
-# Run as a script, this folder is sys.path[0], and its queue.py would shadow the standard
-# library's queue: benchmarks.common, imported first, keeps it off the path.
 from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import (
-    BASE_APPS,
-    LABELS,
-    create_database,
-    database,
-    git_revision,
-    load_average,
-    machine,
-    query,
-    tidy,
-    write_report,
-)
-
-# isort: split
 
 import argparse
 import json
@@ -57,6 +36,20 @@ from datetime import UTC, datetime
 from typing import Any
 
 from benchmarks import throughput as tp
+from benchmarks.cluster import run_node
+from benchmarks.common import (
+    BASE_APPS,
+    LABELS,
+    bench_env,
+    create_database,
+    database,
+    git_revision,
+    load_average,
+    machine,
+    query,
+    tidy,
+    write_report,
+)
 
 OURS_DB = "bench_django_tasks"
 TASKS_DB_DB = "bench_django_tasks_db"  # not throughput.py's: the two may run at once
@@ -136,10 +129,10 @@ def drain_ours(vendor: str, count: int, settings: dict[str, Any]) -> tp.Drain:
     from django_tasks_coord.enums import TaskState
     from django_tasks_coord.models import Task
 
-    env = tp.django_env(database(vendor, OURS_DB), tasks_coord=settings)
-    env["DJANGO_SETTINGS_MODULE"] = "benchmarks.django_tasks_settings"
-    cmd = [sys.executable, "manage.py", "runscheduler", "--burst", "--topic", "default", "-v", "0"]
-    wall, output = tp.run(cmd, env)
+    env = bench_env(database(vendor, OURS_DB), tasks_coord=settings, BENCH_TASKS_BACKEND="1")
+    code, wall, output = run_node(env, "--burst", "--topic", "default", "-v", "0")
+    if code:
+        raise RuntimeError(f"runscheduler --burst exited with {code}:\n{output}")
     row = (
         Task.objects.using(tp.alias_of(vendor, OURS_DB))
         .filter(topic_id="default")

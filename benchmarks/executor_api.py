@@ -12,24 +12,14 @@ Usage::
 
     ./run bench executor_api                     # every database that answers
     # postgres-pool: PostgreSQL with Django's connection pool (pip install "psycopg[pool]")
-    python benchmarks/executor_api.py --databases sqlite --tasks 500 --wakeups 20
+    python -m benchmarks.executor_api --databases sqlite --tasks 500 --wakeups 20
 
 Results: ``benchmarks/results/executor_api.json`` and ``.md``. The same file is the
 server's ASGI module (``benchmarks.executor_api:application``) when
 ``EXECUTOR_API_SERVE`` is set.
 """
 
-# Run as a script, this folder is sys.path[0], and its queue.py would shadow the standard
-# library's queue (imported by psycopg): benchmarks.common, imported first, keeps it off the path.
 from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import BASE_APPS, RESULTS, ROOT, create_database, database
-
-# isort: split
 
 import argparse
 import http.client
@@ -41,10 +31,13 @@ import signal
 import socket
 import statistics
 import subprocess
+import sys
 import threading
 import time
 from datetime import UTC, datetime
 from typing import Any
+
+from benchmarks.common import BASE_APPS, RESULTS, ROOT, create_database, database
 
 DEFINITION = "bench/work"
 EXECUTORS = 8
@@ -243,7 +236,8 @@ def main() -> None:
         out = subprocess.run(
             [
                 sys.executable,
-                __file__,
+                "-m",
+                "benchmarks.executor_api",
                 "--one",
                 alias.removesuffix("-pool"),
                 str(args.tasks),

@@ -4,11 +4,11 @@ Measured on each database asked for (``--databases``, PostgreSQL and MariaDB by 
 for each node configuration (:data:`VARIANTS`: the default settings, and the same with a
 warm-backup ``--group``, which adds membership heartbeats and leader checks): 1 node, then
 8 nodes (``--nodes``), all idle (nothing queued, no job defined), each a real
-``manage.py runscheduler`` subprocess with the default ``TASKS_COORD`` settings.
+``runscheduler`` subprocess with the default ``TASKS_COORD`` settings.
 
 - **Statements/s**: every node logs each SQL statement it sends, with the time and the part
   of the node that sent it (``benchapp_idle``: an execute wrapper on each of its
-  connections, installed by ``idle_settings.py``; the kind comes from the calling function,
+  connections, installed by ``benchmarks.settings`` with ``BENCH_APP=benchapp_idle``; the kind comes from the calling function,
   see ``benchapp_idle/counter.py``). Counted over ``--window`` seconds after a
   ``--warmup`` (start-up excluded), summed over the nodes. ``BEGIN``/``COMMIT`` are not
   statements Django executes through a cursor and are not counted; on PostgreSQL the
@@ -27,25 +27,34 @@ average is recorded with the results.
 Usage::
 
     ./run bench idle_load
-    python benchmarks/idle_load.py --databases postgres,mysql --runs 3 --window 30
+    python -m benchmarks.idle_load --databases postgres,mysql --runs 3 --window 30
 
 Results: ``benchmarks/results/idle_load.json`` and ``benchmarks/results/idle_load.md``.
 Target: 8 idle nodes send well under 8 times what one sends (PostgreSQL: at most 3 times).
 """
 
-# Run as a script, this folder is sys.path[0], and its queue.py would shadow the standard
-# library's queue: benchmarks.common, imported first, keeps it off the path.
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import json
+import platform
+import statistics
 import sys
+import tempfile
+import time
+from collections import Counter
+from contextlib import ExitStack
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks import common
+from benchmarks.cluster import Cluster
 from benchmarks.common import (
     LABELS,
-    ROOT,
     SERVERS,
+    bench_env,
     configure_django,
     git_revision,
     load_average,
@@ -53,25 +62,8 @@ from benchmarks.common import (
     mysql_variables,
     postgres_settings,
     query,
-    subprocess_env,
-    terminate,
     write_report,
 )
-
-# isort: split
-
-import argparse
-import dataclasses
-import json
-import platform
-import statistics
-import subprocess
-import tempfile
-import time
-from collections import Counter
-from contextlib import ExitStack
-from datetime import UTC, datetime
-from typing import Any
 
 DB_NAME = "bench_idle_load"
 
@@ -128,59 +120,24 @@ def measure(
     vendor: str, variant: Variant, count: int, warmup: float, window: float
 ) -> dict[str, Any]:
     """Run ``count`` idle nodes; their statements (and transactions) per second in the window."""
-    from django_tasks_coord.models import Owner
-
     prepare(vendor)
-    cmd = [sys.executable, "manage.py", "runscheduler", "-v", "0", *variant.flags]
     with ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="idle_load_")))
-        logs = [stack.enter_context(open(tmp / f"node{i}.out", "w+")) for i in range(count)]
-        procs: list[subprocess.Popen[bytes]] = []
-
-        def output() -> str:
-            text = []
-            for i, log in enumerate(logs):
-                log.seek(0)
-                text.append(f"--- node {i} ---\n{log.read()[-3000:]}")
-            return "\n".join(text)
-
-        def wait_for(condition: Any, what: str, timeout: float) -> None:
-            deadline = time.monotonic() + timeout
-            while not condition():
-                if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:
-                    raise RuntimeError(f"{LABELS[vendor]} nodes: no {what}.\n{output()}")
-                time.sleep(0.1)
-
-        try:
-            for i, log in enumerate(logs):
-                env = subprocess_env(
-                    "benchmarks.idle_settings",
-                    BENCH_DATABASE=json.dumps(database(vendor)),
-                    BENCH_TASKS_COORD=json.dumps(variant.settings),
-                    BENCH_STATEMENT_LOG=str(tmp / f"node{i}.json"),
-                )
-                procs.append(
-                    subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-                )
-            registered = Owner.objects.using(vendor).filter(pid__in=[p.pid for p in procs])
-            wait_for(lambda: registered.count() == count, "registration", 120)
-            if vendor == "postgres":
-                listening = (
-                    "SELECT count(*) FROM pg_stat_activity "
-                    "WHERE datname = %s AND query LIKE 'LISTEN %%'"
-                )
-                wait_for(lambda: query(vendor, listening, [DB_NAME])[0][0] >= count, "LISTEN", 60)
-            time.sleep(warmup)
-            load_before = load_average()
-            xact_start, start = transactions(vendor), time.time()
-            time.sleep(window)
-            xact_end, end = transactions(vendor), time.time()
-            load_after = load_average()
-            alive = all(p.poll() is None for p in procs)
-        finally:
-            codes = terminate(procs, 60)
+        cluster = stack.enter_context(Cluster(bench_env(database(vendor), app="benchapp_idle")))
+        for i in range(count):
+            log = {"BENCH_STATEMENT_LOG": str(tmp / f"node{i}.json")}
+            cluster.start("-v", "0", *variant.flags, name=f"node{i}", env=log)
+        cluster.wait_ready(vendor, timeout=120)
+        time.sleep(warmup)
+        load_before = load_average()
+        xact_start, start = transactions(vendor), time.time()
+        time.sleep(window)
+        xact_end, end = transactions(vendor), time.time()
+        load_after = load_average()
+        alive = all(node.alive for node in cluster.nodes.values())
+        codes = cluster.stop(60)
         if not alive or any(codes):
-            raise RuntimeError(f"{LABELS[vendor]} nodes exited with {codes}.\n{output()}")
+            raise RuntimeError(f"{LABELS[vendor]} nodes exited with {codes}.\n{cluster.output()}")
         kinds: Counter[str] = Counter()
         verbs: Counter[str] = Counter()
         for i in range(count):

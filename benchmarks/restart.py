@@ -1,6 +1,6 @@
 """Recovery after a database outage: how long until three busy nodes work at full speed again.
 
-Three ``manage.py runscheduler`` nodes (default timings, 4 workers each) drain a backlog of
+Three ``runscheduler`` nodes (default timings, 4 workers each) drain a backlog of
 no-op tasks. After a warm-up the database goes away under them:
 
 - ``restart`` (PostgreSQL): a PostgreSQL server of the benchmark's own
@@ -22,36 +22,14 @@ back, do not count); **first claim** and **first completion** the first task cla
 
 Usage::
 
-    python benchmarks/restart.py [--database postgres|mysql|both] [--mode restart|terminate]
+    python -m benchmarks.restart [--database postgres|mysql|both] [--mode restart|terminate]
                                  [--runs 3] [--down 1.0]
 
 Results: ``benchmarks/results/restart.json`` (every run; entries of other databases and
 modes are kept) and ``benchmarks/results/restart.md``. A run takes about 30 s.
 """
 
-# Run as a script, this folder is sys.path[0], and its queue.py would shadow the standard
-# library's queue: benchmarks.common, imported first, keeps it off the path.
 from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks import common
-from benchmarks.common import (
-    LABELS,
-    RESULTS,
-    ROOT,
-    create_database,
-    database,
-    git_revision,
-    load_average,
-    machine,
-    subprocess_env,
-    terminate,
-)
-
-# isort: split
 
 import argparse
 import contextlib
@@ -59,12 +37,27 @@ import json
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
+from benchmarks import common
+from benchmarks.cluster import Cluster
+from benchmarks.common import (
+    LABELS,
+    RESULTS,
+    ROOT,
+    bench_env,
+    create_database,
+    database,
+    git_revision,
+    load_average,
+    machine,
+)
 from tests.servers import PrivateMariaDB, PrivatePostgres, terminate_connections
 
 NODES = 3
@@ -84,7 +77,7 @@ FINISHED = (
 
 
 def django_env(config: dict[str, Any]) -> dict[str, str]:
-    return subprocess_env("benchmarks.bench_settings", BENCH_DATABASE=json.dumps(config))
+    return bench_env(config)
 
 
 def manage(config: dict[str, Any], *args: str) -> None:
@@ -209,7 +202,7 @@ def one_run(vendor: str, mode: str, down: float, backlog: int) -> dict[str, Any]
     if mode == "restart":
         server = PrivatePostgres() if vendor == "postgres" else PrivateMariaDB()
     logs = Path(tempfile.mkdtemp(prefix="tasks_coord_bench_restart_"))
-    nodes: list[subprocess.Popen[str]] = []
+    cluster: Cluster | None = None
     try:
         if server is not None:
             server.start()
@@ -226,27 +219,8 @@ def one_run(vendor: str, mode: str, down: float, backlog: int) -> dict[str, Any]
             create_database(config)
         manage(config, "migrate", "--verbosity", "0")
         push_backlog(config, backlog)
-        for i in range(NODES):
-            with (logs / f"node{i}.log").open("w") as out:
-                nodes.append(
-                    subprocess.Popen(
-                        [
-                            sys.executable,
-                            "-m",
-                            "django",
-                            "runscheduler",
-                            "--topic",
-                            "noop",
-                            "--workers",
-                            str(WORKERS),
-                        ],
-                        cwd=ROOT,
-                        env=django_env(config),
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        text=True,
-                    )
-                )
+        cluster = Cluster(django_env(config), logs=logs)
+        cluster.start_many(NODES, "--topic", "noop", "--workers", str(WORKERS))
         started = time.monotonic()
         while sql(config, FINISHED)[0][0] < WARM_UP_TASKS:  # every node up and working
             if time.monotonic() - started > 120:
@@ -260,8 +234,8 @@ def one_run(vendor: str, mode: str, down: float, backlog: int) -> dict[str, Any]
             killed = end_connections(config)
         back = datetime.now(UTC)
         time.sleep(AFTER)  # the recovery being measured
-        alive = [node.poll() is None for node in nodes]
-        codes = terminate(nodes, timeout=60)
+        alive = [node.alive for node in cluster.nodes.values()]
+        codes = cluster.stop(timeout=60)
         times = task_times(config)
         errors = sum(
             line.count(" ERROR ") for path in logs.iterdir() for line in path.open(errors="replace")
@@ -274,9 +248,8 @@ def one_run(vendor: str, mode: str, down: float, backlog: int) -> dict[str, Any]
         )
         return result
     finally:
-        for node in nodes:
-            if node.poll() is None:
-                node.kill()
+        if cluster is not None:
+            cluster.destroy()
         if server is not None:
             server.destroy()
 

@@ -33,8 +33,8 @@ more than 1.5x worse than at 1 thousand, and no sequential scan of the task tabl
 Usage::
 
     ./run bench scale                                   # both databases, 1k / 1M / 10M
-    .venv/bin/python benchmarks/scale.py --databases postgres --sizes 1000,100000
-    .venv/bin/python benchmarks/scale.py --databases mysql --sizes 1000,10000000 --merge \
+    .venv/bin/python -m benchmarks.scale --databases postgres --sizes 1000,100000
+    .venv/bin/python -m benchmarks.scale --databases mysql --sizes 1000,10000000 --merge \
         --innodb-buffer-pool 1024                       # MariaDB with a 1 GB buffer pool
 
 ``--innodb-buffer-pool MB`` (MariaDB only): the parent sets the server's
@@ -54,10 +54,21 @@ rows take several GB per database. Results: ``benchmarks/results/scale.json`` an
 
 from __future__ import annotations
 
+import argparse
+import json
+import platform
+import re
+import signal
+import statistics
+import subprocess
 import sys
+import tempfile
+import threading
+import time
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import (
     LABELS,
     RESULTS,
@@ -70,21 +81,6 @@ from benchmarks.common import (
     subprocess_env,
     write_report,
 )
-
-# isort: split
-
-import argparse
-import json
-import platform
-import re
-import signal
-import statistics
-import subprocess
-import tempfile
-import threading
-import time
-from datetime import UTC, datetime
-from typing import Any
 
 DB_NAME = "bench_scale"
 #: A second database kept at the smallest size: each measurement alternates runs on it and on
@@ -179,7 +175,7 @@ def main() -> None:
         print(f"== {LABELS[vendor]}", flush=True)
         with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as handle:
             out = Path(handle.name)
-        command = [sys.executable, str(Path(__file__).resolve()), *forward(args)]
+        command = [sys.executable, "-m", "benchmarks.scale", *forward(args)]
         command += ["--child", vendor, "--out", str(out)]
         env = subprocess_env("tests.settings", DATABASE_URL=URLS[vendor])
         pool: dict[str, Any] | None = None

@@ -2,7 +2,7 @@
 
 Measured on each database asked for (``--databases``):
 
-- **start lag**: three real ``manage.py runscheduler`` nodes (one on SQLite) process the
+- **start lag**: three real ``runscheduler`` nodes (one on SQLite) process the
   jobs topic while ``--jobs`` recurring jobs fire every second, their slots spread evenly
   over the second, until ``--slots`` slots (after a warm-up) have run. The job
   (``benchapp_sched/jobs.py``) stores ``time.time()`` taken on its first line; lag = that
@@ -26,41 +26,14 @@ Measured on each database asked for (``--databases``):
 Usage::
 
     ./run bench scheduling
-    python benchmarks/scheduling.py --databases postgres,mysql,sqlite --slots 200 --schedules 10000
+    python -m benchmarks.scheduling --databases postgres,mysql,sqlite --slots 200 --schedules 10000
 
 Results: ``benchmarks/results/scheduling.json`` and ``benchmarks/results/scheduling.md``.
 Targets (PostgreSQL): start lag p99 < 100 ms; 10,000 schedules due in one second all
 submitted within 5 s.
 """
 
-# Run as a script, this folder is sys.path[0], and its queue.py would shadow the standard
-# library's queue: benchmarks.common, imported first, keeps it off the path.
 from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks import common
-from benchmarks.common import (
-    LABELS,
-    ROOT,
-    SERVERS,
-    as_datetime,
-    configure_django,
-    git_revision,
-    machine,
-    mysql_variables,
-    on,
-    percentile,
-    postgres_settings,
-    query,
-    subprocess_env,
-    terminate,
-    write_report,
-)
-
-# isort: split
 
 import argparse
 import cProfile
@@ -74,14 +47,33 @@ import pstats
 import re
 import sqlite3
 import statistics
-import subprocess
-import tempfile
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
+
+from benchmarks import common
+from benchmarks.cluster import Cluster
+from benchmarks.common import (
+    LABELS,
+    ROOT,
+    SERVERS,
+    as_datetime,
+    bench_env,
+    configure_django,
+    git_revision,
+    machine,
+    mysql_variables,
+    on,
+    percentile,
+    postgres_settings,
+    query,
+    write_report,
+)
 
 DB_NAME = "bench_scheduling"
 
@@ -186,7 +178,7 @@ def tidy(vendor: str) -> None:
 
 
 def node_env(vendor: str, settings: dict[str, Any]) -> dict[str, str]:
-    """Environment of a ``manage.py runscheduler`` subprocess using ``sched_settings.py``.
+    """Environment of a ``runscheduler`` subprocess: ``benchmarks.settings``, no benchmark app.
 
     ``settings`` are ``TASKS_COORD`` overrides, except ``CONN_MAX_AGE`` (a database setting).
     """
@@ -194,11 +186,7 @@ def node_env(vendor: str, settings: dict[str, Any]) -> dict[str, str]:
     config = database(vendor)
     if "CONN_MAX_AGE" in settings:
         config["CONN_MAX_AGE"] = settings.pop("CONN_MAX_AGE")
-    return subprocess_env(
-        "benchmarks.sched_settings",
-        BENCH_DATABASE=json.dumps(config),
-        BENCH_TASKS_COORD=json.dumps({**QUIET, **settings}),
-    )
+    return bench_env(config, app="none", tasks_coord={**QUIET, **settings})
 
 
 @contextmanager
@@ -211,54 +199,14 @@ def nodes(
     checks ``condition`` every ``every`` s (50 ms) and fails with the nodes' output when a node died or
     ``timeout`` passed. On the way out every node gets SIGTERM and must exit with 0.
     """
-    from django_tasks_coord.models import Owner
-
-    cmd = [sys.executable, "manage.py", "runscheduler", "--topic", topic, "-v", "0"]
-    with ExitStack() as stack:
-        logs = [stack.enter_context(tempfile.TemporaryFile(mode="w+")) for _ in range(count)]
-        procs: list[subprocess.Popen[bytes]] = []
-
-        def output() -> str:
-            text = []
-            for i, log in enumerate(logs):
-                log.seek(0)
-                text.append(f"--- node {i} ---\n{log.read()[-3000:]}")
-            return "\n".join(text)
-
-        def wait_for(
-            condition: Callable[[], object], what: str, timeout: float, every: float = 0.05
-        ) -> None:
-            deadline = time.monotonic() + timeout
-            while not condition():
-                if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:
-                    raise RuntimeError(f"{LABELS[vendor]} nodes: no {what}.\n{output()}")
-                time.sleep(every)
-
-        try:
-            for log in logs:
-                procs.append(
-                    subprocess.Popen(
-                        cmd,
-                        cwd=ROOT,
-                        env=node_env(vendor, settings),
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                    )
-                )
-            pids = [p.pid for p in procs]
-            registered = Owner.objects.using(vendor).filter(pid__in=pids)
-            wait_for(lambda: registered.count() == count, "registration", 60)
-            if vendor == "postgres":
-                listening = (
-                    "SELECT count(*) FROM pg_stat_activity "
-                    "WHERE datname = %s AND query LIKE 'LISTEN %%'"
-                )
-                wait_for(lambda: query(vendor, listening, [DB_NAME])[0][0] >= count, "LISTEN", 30)
-            yield wait_for
-        finally:
-            codes = terminate(procs, 60)
-        if any(codes):
-            raise RuntimeError(f"{LABELS[vendor]} nodes exited with {codes}.\n{output()}")
+    with Cluster(node_env(vendor, settings)) as cluster:
+        cluster.start_many(count, "--topic", topic, "-v", "0")
+        cluster.wait_ready(vendor, timeout=60)
+        yield cluster.wait_for
+    if any(cluster.codes):
+        raise RuntimeError(
+            f"{LABELS[vendor]} nodes exited with {cluster.codes}.\n{cluster.output()}"
+        )
 
 
 # --- statistics -----------------------------------------------------------------------------
@@ -687,7 +635,7 @@ def other_benchmarks() -> list[str]:
             continue
         if parent in mine:
             continue
-        if re.search(r"benchmarks/|runscheduler|pgbench|procrastinate", args):
+        if re.search(r"benchmarks[/.]|runscheduler|pgbench|procrastinate", args):
             found.append(args[:120])
     return sorted(found)
 

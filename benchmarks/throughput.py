@@ -2,7 +2,7 @@
 
 Measured in one run, on each database asked for (``--databases``):
 
-- **ours**: a real ``manage.py runscheduler --burst`` subprocess draining ``--tasks`` no-op
+- **ours**: a real ``runscheduler --burst`` subprocess draining ``--tasks`` no-op
   tasks, once with settings tuned for a no-op drain (:data:`TUNED`) and once with the
   defaults. Tasks/s = tasks / (last ``finished_at`` - first ``started_at``), read from the
   task table, so process start-up is excluded; the wall time of the process, start-up
@@ -26,22 +26,39 @@ pinned versions: :data:`PEER_PACKAGES`); they are never dependencies of the pack
 Usage::
 
     ./run bench throughput
-    python benchmarks/throughput.py --databases postgres,mysql,sqlite --tasks 10000 --repeat 3
-    python benchmarks/throughput.py --databases postgres --skip-peers --latency-samples 0
+    python -m benchmarks.throughput --databases postgres,mysql,sqlite --tasks 10000 --repeat 3
+    python -m benchmarks.throughput --databases postgres --skip-peers --latency-samples 0
 
 Results: ``benchmarks/results/throughput.json`` and ``benchmarks/results/throughput.md``.
 The machine is shared and noisy: figures are medians of ``--repeat`` rounds, each round runs
-every system once, and ratios are taken within a round.
+every system once, and ratios are taken within a round. ``benchmarks.paired`` measures our
+node alone, two versions of the package against each other (before and after a change).
 """
 
-# Run as a script, this folder is sys.path[0], and its queue.py would shadow the standard
-# library's queue: benchmarks.common, imported first, keeps it off the path.
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import importlib.metadata
+import json
+import math
+import platform
+import random
+import re
+import shutil
+import sqlite3
+import statistics
+import subprocess
 import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.cluster import Cluster, run_node
 from benchmarks.common import (
     HERE,
     LABELS,
@@ -49,6 +66,7 @@ from benchmarks.common import (
     ROOT,
     SERVERS,
     as_datetime,
+    bench_env,
     configure_django,
     create_database,
     database,
@@ -66,27 +84,6 @@ from benchmarks.common import (
     write_report,
 )
 from benchmarks.common import reachable as server_reachable
-
-# isort: split
-
-import argparse
-import dataclasses
-import importlib.metadata
-import json
-import math
-import platform
-import random
-import re
-import shutil
-import sqlite3
-import statistics
-import subprocess
-import tempfile
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
-from datetime import UTC, datetime, timedelta
-from typing import Any
 
 PEERS_VENV = HERE / ".venv-peers"
 
@@ -154,13 +151,8 @@ def reachable(vendor: str) -> bool:
 def django_env(
     config: dict[str, Any], *, system: str = "coord", tasks_coord: dict[str, Any] | None = None
 ) -> dict[str, str]:
-    """Environment for a ``manage.py`` subprocess using ``benchmarks/bench_settings.py``."""
-    return subprocess_env(
-        "benchmarks.bench_settings",
-        BENCH_SYSTEM=system,
-        BENCH_DATABASE=json.dumps(config),
-        BENCH_TASKS_COORD=json.dumps(tasks_coord or {}),
-    )
+    """Environment for a ``manage.py`` subprocess using ``benchmarks/settings.py``."""
+    return bench_env(config, tasks_coord=tasks_coord, BENCH_SYSTEM=system)
 
 
 def run(
@@ -249,8 +241,9 @@ def drain_ours(vendor: str, count: int, settings: dict[str, Any]) -> Drain:
 
     fill_ours(vendor, count)
     env = django_env(database(vendor, OURS_DB), tasks_coord=settings)
-    cmd = [sys.executable, "manage.py", "runscheduler", "--burst", "--topic", TOPIC, "-v", "0"]
-    wall, output = run(cmd, env)
+    code, wall, output = run_node(env, "--burst", "--topic", TOPIC, "-v", "0")
+    if code:
+        raise RuntimeError(f"runscheduler --burst exited with {code}:\n{output}")
     alias = alias_of(vendor, OURS_DB)
     row = (
         Task.objects.using(alias)
@@ -440,32 +433,11 @@ def idle_node(vendor: str) -> Iterator[Callable[[Callable[[], bool], str], None]
     ``wait_for(condition, what)`` polls ``condition`` every 10 ms and fails with the node's
     output if the node died or 30 s passed. The node gets SIGTERM on the way out.
     """
-    from django_tasks_coord.models import Owner
-
     alias = alias_of(vendor, OURS_DB)
-    env = django_env(database(vendor, OURS_DB))
-    cmd = [sys.executable, "manage.py", "runscheduler", "--topic", LATENCY_TOPIC, "-v", "0"]
-    with tempfile.TemporaryFile(mode="w+") as log:
-        node = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-
-        def wait_for(condition: Callable[[], bool], what: str) -> None:
-            deadline = time.monotonic() + 30
-            while not condition():
-                if node.poll() is not None or time.monotonic() > deadline:
-                    log.seek(0)
-                    raise RuntimeError(f"Latency node ({vendor}): no {what}.\n{log.read()}")
-                time.sleep(0.01)
-
-        try:
-            wait_for(Owner.objects.using(alias).filter(pid=node.pid).exists, "registration")
-            if vendor == "postgres":
-                listening = (
-                    "SELECT 1 FROM pg_stat_activity WHERE datname = %s AND query LIKE 'LISTEN %%'"
-                )
-                wait_for(lambda: bool(query(alias, listening, [OURS_DB])), "LISTEN")
-            yield wait_for
-        finally:
-            terminate([node], 30)
+    with Cluster(django_env(database(vendor, OURS_DB))) as cluster:
+        cluster.start("--topic", LATENCY_TOPIC, "-v", "0")
+        cluster.wait_ready(alias, timeout=30)
+        yield lambda condition, what: cluster.wait_for(condition, what, 30, every=0.01)
 
 
 def latency(vendor: str, samples: int, poll_interval: float) -> dict[str, Any]:
@@ -800,7 +772,7 @@ def markdown(results: dict[str, Any], meta: dict[str, Any]) -> str:
         "",
         "## Settings and method",
         "",
-        f"- Our node: `manage.py runscheduler --burst --topic {TOPIC}`, one process. Tuned: "
+        f"- Our node: `runscheduler --burst --topic {TOPIC}`, one process. Tuned: "
         + ", ".join(f"`{k.upper()}={v}`" for k, v in changed.items())
         + "; defaults: "
         + ", ".join(f"`{k.upper()}={default[k]}`" for k in changed)

@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    python benchmarks/timers.py [--runs 7] [--count 10000]
+    python -m benchmarks.timers [--runs 7] [--count 10000]
 
 Two schedules, each spelled as a systemd calendar event (``timers.CalendarEvent``)
 and as the equivalent cron expression:
@@ -20,19 +20,12 @@ them. Results are printed and written to ``benchmarks/results/timers.json``.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import RESULTS, ROOT
-
-# isort: split
-
 import argparse
 import gc
 import json
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -41,6 +34,7 @@ from zoneinfo import ZoneInfo
 
 from cronsim import CronSim
 
+from benchmarks.common import RESULTS, ROOT
 from django_tasks_coord.timers import (
     CalendarEvent,
     CronExpression,

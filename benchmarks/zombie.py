@@ -2,8 +2,8 @@
 let the others take over, SIGCONT it, and count what ran twice.
 
 Each round: a clean database, 120 queue tasks of 0.25 s (topic ``work``) and six jobs each
-firing every second that sleep 0.3 s (``tests.testapp.job_functions.record``), three ``manage.py
-runscheduler`` nodes (``zombie``, ``a``, ``b``; 2 workers and a buffer of 8 each; heartbeat
+firing every second that sleep 0.3 s (``tests.testapp.job_functions.record``), three
+``runscheduler`` nodes (``zombie``, ``a``, ``b``; 2 workers and a buffer of 8 each; heartbeat
 0.2 s, liveness 3 s). Once ``zombie`` holds more tasks than it has workers (running and
 buffered), it gets SIGSTOP; once the others declared it dead (its owner row is gone) and
 ran work for a second, SIGCONT. The round ends when every task succeeded and two more
@@ -21,35 +21,29 @@ fix); the script, its database and the report stay here.
 
 Usage::
 
-    python benchmarks/zombie.py [--database postgres|mysql] [--rounds 5] [--source PATH]
+    python -m benchmarks.zombie [--database postgres|mysql] [--rounds 5] [--source PATH]
         [--label NAME] [--name bench_zombie]
 
 Results: ``benchmarks/results/zombie.json`` (one entry per database and label; the others
 are kept) and ``benchmarks/results/zombie.md``.
 """
 
-# Run as a script, this folder is sys.path[0], and its queue.py would shadow the standard
-# library's queue: benchmarks.common, imported first, keeps it off the path.
 from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks import common
-from benchmarks.common import RESULTS, ROOT, create_database, git, load_average
-
-# isort: split
 
 import argparse
 import json
 import os
 import signal
-import subprocess
+import sys
 import time
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 from typing import Any
+
+from benchmarks import common
+from benchmarks.cluster import Cluster
+from benchmarks.common import RESULTS, ROOT, create_database, git, load_average
 
 LIVENESS = 3.0
 SETTINGS = {
@@ -75,14 +69,13 @@ def wait_until(predicate: Callable[[], object], timeout: float) -> bool:
     return False
 
 
-def env(database: dict[str, Any], source: Path) -> dict[str, str]:
-    return {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.settings",
-        "TASKS_COORD_TEST_DB": json.dumps(database),
-        "TASKS_COORD_JSON": json.dumps(SETTINGS),
-        "PYTHONPATH": str(source),
-    }
+def env(database: dict[str, Any]) -> dict[str, str]:
+    """The nodes' environment: the test settings (their app has the job that records runs)."""
+    return common.subprocess_env(
+        "tests.settings",
+        TASKS_COORD_TEST_DB=json.dumps(database),
+        TASKS_COORD_JSON=json.dumps(SETTINGS),
+    )
 
 
 def one_round(database: dict[str, Any], source: Path, logs: Path, number: int) -> dict[str, Any]:
@@ -105,15 +98,11 @@ def one_round(database: dict[str, Any], source: Path, logs: Path, number: int) -
         scheduling.schedule_recurring(
             "tests.testapp.job_functions.record", 1, job_id=f"tick{job}", kwargs={"sleep": 0.3}
         )
-    nodes = {}
+    cluster = Cluster(env(database), source=source, logs=logs)
     for name in ("zombie", "a", "b"):
-        log = (logs / f"round{number}-{name}.log").open("w")
-        nodes[name] = subprocess.Popen(
-            [sys.executable, "-m", "django", "runscheduler", "--node-id", name,
-             "--topic", "work", "--topic", JOBS_TOPIC],
-            cwd=source, env=env(database, source), stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    zombie = nodes["zombie"]
+        args = ("--node-id", name, "--topic", "work", "--topic", JOBS_TOPIC)
+        cluster.start(*args, name=f"round{number}-{name}")
+    zombie = cluster.nodes[f"round{number}-zombie"].proc
     result: dict[str, Any] = {"round": number}
     try:
         held = Task.objects.filter(owner__name="zombie", state=TaskState.ACTIVE)
@@ -141,7 +130,8 @@ def one_round(database: dict[str, Any], source: Path, logs: Path, number: int) -
             pid=zombie.pid, started_at__gt=resumed_at
         ).count()
     finally:
-        codes = common.terminate(nodes.values(), timeout=30)
+        codes = cluster.stop(timeout=30)
+        cluster.destroy()
     result["zombie_exit_code"] = codes[0]
     duplicates = {"work": 0, "jobs": 0}
     late_starts = 0  # zombie runs, started after it froze, of a task/slot another node ran

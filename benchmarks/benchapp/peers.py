@@ -8,7 +8,7 @@ project's own environment)::
     python -m benchmarks.benchapp.peers procrastinate schema
     python -m benchmarks.benchapp.peers procrastinate enqueue 10000
 
-``tasks_db`` needs ``DJANGO_SETTINGS_MODULE=benchmarks.bench_settings``,
+``tasks_db`` needs ``DJANGO_SETTINGS_MODULE=benchmarks.settings``,
 ``BENCH_SYSTEM=tasks_db`` and ``BENCH_DATABASE``; ``procrastinate`` needs
 ``BENCH_PROCRASTINATE_DSN``. Each command empties the system's tables before it
 enqueues, so every run starts from the same state.

@@ -2,7 +2,7 @@
 
     python -m benchmarks.benchapp.tasks_db_enqueue 10000
 
-Needs ``DJANGO_SETTINGS_MODULE=benchmarks.bench_settings``, ``BENCH_SYSTEM=tasks_db`` and
+Needs ``DJANGO_SETTINGS_MODULE=benchmarks.settings``, ``BENCH_SYSTEM=tasks_db`` and
 ``BENCH_DATABASE``. Empties the results table, then calls ``noop.enqueue()`` ``count``
 times, one call (one autocommitted insert) each, as an application would; prints the
 seconds the calls took as JSON.

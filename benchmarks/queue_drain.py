@@ -6,24 +6,14 @@ the same table and data: the ceiling the queue API is compared with.
 
 Usage::
 
-    ./run bench queue                       # every database that answers
-    python benchmarks/queue.py --databases sqlite,postgres --tasks 3000 --repeat 5
+    ./run bench queue_drain                     # every database that answers
+    python -m benchmarks.queue_drain --databases sqlite,postgres --tasks 3000 --repeat 5
 
 Results: ``benchmarks/results/queue.json`` and ``benchmarks/results/queue.md`` (medians
 of ``--repeat`` runs; the machine is shared, so compare ratios taken in one run).
 """
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-# This file is named like the standard library's ``queue``: benchmarks.common, imported
-# first, keeps its folder off the path.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import RESULTS, configure_django, create_database
-
-# isort: split
 
 import argparse
 import json
@@ -35,7 +25,10 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
+
+from benchmarks.common import RESULTS, configure_django, create_database
 
 URLS = {
     "sqlite": f"sqlite:///{Path(tempfile.gettempdir()) / 'bench_tasks_coord.sqlite3'}",

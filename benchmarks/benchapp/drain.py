@@ -1,0 +1,75 @@
+"""Fill and read the throughput drain's queue with whichever package is on the path.
+
+``benchmarks/paired.py`` runs it as a subprocess of each version it compares, so that each
+version writes and reads its own database with its own code::
+
+    python -m benchmarks.benchapp.drain fill 5000   # empty the task table, push 5000 no-ops
+    python -m benchmarks.benchapp.drain read        # JSON: finished, first start, last finish
+
+Needs ``DJANGO_SETTINGS_MODULE=benchmarks.settings`` and ``BENCH_DATABASE``. It uses only
+what every version keeps (``queue.register_topic``, ``queue.push_many``, the ``Task`` and
+``Owner`` models), so it runs on the package before and after a change alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+TOPIC = "noop"  # the topic of benchapp.consumers.noop, as in benchmarks/throughput.py
+CHUNK = 1000
+
+
+def fill(count: int) -> None:
+    """Empty the task and owner tables; push ``count`` no-op tasks, then refresh statistics."""
+    from benchmarks import common
+    from django_tasks_coord import queue
+    from django_tasks_coord.models import Owner, Task
+
+    queue.register_topic(TOPIC)
+    Task.objects.all().delete()
+    Owner.objects.all().delete()
+    for start in range(0, count, CHUNK):
+        stop = min(count, start + CHUNK)
+        queue.push_many(TOPIC, [(f"task-{i}", None) for i in range(start, stop)])
+    common.tidy("default", Task._meta.db_table)
+
+
+def read() -> dict[str, object]:
+    """How many tasks succeeded, the first start and the last finish; the package's path."""
+    from django.db.models import Count, Max, Min, Q
+
+    import django_tasks_coord
+    from django_tasks_coord.enums import TaskState
+    from django_tasks_coord.models import Task
+
+    row = Task.objects.filter(topic_id=TOPIC).aggregate(
+        done=Count("pk", filter=Q(state=TaskState.SUCCEEDED)),
+        first=Min("started_at"),
+        last=Max("finished_at"),
+    )
+    return {
+        "done": row["done"],
+        "first": row["first"].isoformat() if row["first"] else None,
+        "last": row["last"].isoformat() if row["last"] else None,
+        "package": django_tasks_coord.__file__,
+    }
+
+
+def main() -> None:
+    import django
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("fill").add_argument("count", type=int)
+    commands.add_parser("read")
+    args = parser.parse_args()
+    django.setup()
+    if args.command == "fill":
+        fill(args.count)
+    else:
+        print(json.dumps(read()))
+
+
+if __name__ == "__main__":
+    main()
