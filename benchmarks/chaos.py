@@ -12,7 +12,8 @@ generator and sends it to the holder it reads with ``coordination.leader(group)`
 - **SIGKILL**: the node dies at once; a standby must take over once the holder's heartbeat
   is older than the liveness interval.
 - **SIGSTOP** for longer than the liveness interval, then **SIGCONT**: a standby takes
-  over meanwhile; the woken node must find its owner row gone and exit with code 3.
+  over meanwhile; the woken node must find its owner row gone, register again as a fresh
+  node (it does not exit), and later stop cleanly (exit 0) on SIGTERM.
 - **SIGTERM**: a graceful stop; the holder releases the token and a standby takes it.
 
 Right after each takeover the script snapshots ``token_holder`` (term, holder,
@@ -319,6 +320,13 @@ def strike(
             if event.new_term is None and takeover(event, args, 15, event.last_heartbeat):
                 event.anomalies.append(f"taken over only after SIGCONT, gap {event.gap}s")
         woken = time.monotonic()
+        if kind == STOP:
+            rejoined = lambda: "registered again" in node.output(20000)  # noqa: E731
+            if not wait_for(rejoined, timeout=20):
+                event.anomalies.append("the woken node did not register again within 20s")
+                event.evidence = event.evidence or {"log": node.tail(60)}
+            elif node.proc.poll() is None:
+                node.proc.send_signal(signal.SIGTERM)  # it goes on as a fresh node: stop it
         try:
             node.proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
@@ -330,7 +338,7 @@ def strike(
             if kind == TERM:
                 event.exit_after_signal = round(time.monotonic() - started, 3)
         event.exit_code = node.proc.returncode
-        expected = 3 if kind == STOP else 0
+        expected = 0  # SIGTERM; a SIGSTOPped node registers again and is then stopped
         if event.exit_code != expected:
             event.anomalies.append(f"exit code {event.exit_code}, expected {expected}")
             event.evidence = event.evidence or {"log": node.tail(60)}
