@@ -36,19 +36,22 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Case, Count, Min, Q, QuerySet, UUIDField, Value, When
+from django.db.models import Min, Q, QuerySet
 from django.utils import timezone
 
 from django_tasks_coord import db, definitions
 from django_tasks_coord.definitions import Definition
-from django_tasks_coord.enums import COMPLETED_MIN, IN_FLIGHT, TaskState
+from django_tasks_coord.enums import COMPLETED_MIN, TaskState
 from django_tasks_coord.exceptions import (
     ExecutionConflictError,
     InvalidArgumentError,
     StaleExecIdError,
     UnknownDefinitionError,
 )
-from django_tasks_coord.models import Task, Topic
+from django_tasks_coord.models import Task
+from django_tasks_coord.store import claims, handout
+from django_tasks_coord.store.finish import report
+from django_tasks_coord.store.insert import insert
 from django_tasks_coord.topics import adding_tasks, registering
 from django_tasks_coord.validation import check_payload, check_priority, check_text, check_when
 
@@ -71,9 +74,6 @@ __all__ = [
     "succeed",
     "tasks",
 ]
-
-#: Rounds of candidates a poll looks through for tasks whose concurrency key has room.
-_MAX_ROUNDS = 20
 
 
 def clock() -> datetime:
@@ -261,9 +261,7 @@ def create(
     )
 
     def add() -> Task:
-        created = Task.objects.using(db.alias()).insert([task])[0]
-        db.notify(db.connection(), found.name)
-        return created
+        return insert([task])[0]
 
     # The topic may be declared, but not synced by a node or the API yet.
     return registering(found.name, lambda: adding_tasks(found.name, add))
@@ -278,15 +276,17 @@ def cancel(task_id: int, *, now: datetime | None = None) -> Task:
             raise _done(task, "cancel")
         if task.state == TaskState.ACTIVE:
             _close_attempt(task, now, "canceled", OutcomeReason.CANCELED)
-        _save(
-            task,
-            state=TaskState.CANCELED,
-            outcome_reason=OutcomeReason.CANCELED,
-            finished_at=now,
-            deadline=None,
-            owner=None,
-            attempt_log=task.attempt_log,
-        )
+        changes = {
+            "state": TaskState.CANCELED,
+            "outcome_reason": OutcomeReason.CANCELED,
+            "finished_at": now,
+            "deadline": None,
+            "owner": None,
+            "attempt_log": task.attempt_log,
+        }
+        for name, value in changes.items():
+            setattr(task, name, value)
+        claims.cancel_execution(task, changes)
         _freed_a_slot(task)
     return task
 
@@ -299,7 +299,8 @@ def poll(names: Sequence[str], limit: int = 1, *, now: datetime | None = None) -
 
     Each task gets a fresh ``exec_id`` and must be started within its definition's
     ``requested_to_start_timeout``. Concurrency limits count requested and in-progress
-    tasks; they hold under any number of concurrent pollers (see :func:`_poll_one`).
+    tasks; they hold under any number of concurrent pollers (see
+    :func:`django_tasks_coord.store.handout.hand_out`).
     Definitions are visited from a random one on, so that no definition starves; those
     whose topic is paused (``queue.pause_topic``, the admin) hand out nothing.
     """
@@ -312,103 +313,8 @@ def poll(names: Sequence[str], limit: int = 1, *, now: datetime | None = None) -
     for definition in found[start:] + found[:start]:
         if len(handed) >= limit:
             break
-        handed.extend(_poll_one(definition, limit - len(handed), now))
+        handed.extend(handout.hand_out(definition, limit - len(handed), now))
     return handed
-
-
-def _poll_one(definition: Definition, limit: int, now: datetime) -> list[Task]:
-    """Claim up to ``limit`` ready tasks of one definition in one short transaction.
-
-    Without a concurrency limit this is the queue's claim: ``SELECT ... FOR UPDATE SKIP
-    LOCKED``, so concurrent pollers never take the same task. With a limit, the
-    definition's topic row is locked first (``FOR UPDATE``): polls of a limited
-    definition take turns, so each one counts the tasks in flight after the previous
-    one committed, and the limit cannot be overrun by a race. (SQLite serializes every
-    write transaction anyway.)
-    """
-    using, conn = db.alias(), db.connection()
-    with db.write_transaction():
-        room: Counter[str] | None = None
-        topic = Topic.objects.using(using).filter(name=definition.name)
-        if definition.concurrency_limit is not None:
-            locked = topic.select_for_update(**db.lock_kwargs(conn, skip_locked=False))
-            if list(locked.values_list("paused", flat=True)) != [False]:
-                return []  # paused in the admin, or no task was ever created
-            room = _room(definition)
-            if room.total() <= 0 and definition.concurrency_key_path is None:
-                return []
-        elif topic.filter(paused=True).exists():
-            return []  # paused (queue.pause_topic, the admin): executors get nothing
-        ready = (
-            Task.objects.using(using)
-            .filter(topic_id=definition.name, state=TaskState.PENDING)
-            .filter(Q(execute_at__isnull=True) | Q(execute_at__lte=now))
-            .order_by("-priority", "sequence")
-            .select_for_update(**db.lock_kwargs(conn))
-        )
-        chosen = _choose(ready, limit, room, definition)
-        if not chosen:
-            return []
-        exec_ids = {task.pk: uuid.uuid4() for task in chosen}
-        deadline = now + _seconds(definition.requested_to_start_timeout)
-        Task.objects.using(using).rows(chosen).update(
-            state=TaskState.REQUESTED,
-            exec_id=Case(
-                *(When(pk=pk, then=Value(exec_id)) for pk, exec_id in exec_ids.items()),
-                output_field=UUIDField(),
-            ),
-            deadline=deadline,
-            owner=None,
-        )
-    for task in chosen:
-        task.state, task.exec_id, task.deadline = TaskState.REQUESTED, exec_ids[task.pk], deadline
-    return chosen
-
-
-def _room(definition: Definition) -> Counter[str]:
-    """Free places per concurrency key (the key ``""`` only, without a key path)."""
-    assert definition.concurrency_limit is not None
-    in_flight = (
-        Task.objects.using(db.alias())
-        .filter(topic_id=definition.name, state__in=IN_FLIGHT)
-        .values("concurrency_key")
-        .annotate(n=Count("pk"))
-        .values_list("concurrency_key", "n")
-    )
-    taken = dict(in_flight)
-    if definition.concurrency_key_path is None:
-        return Counter({"": definition.concurrency_limit - sum(taken.values())})
-    return Counter({key: definition.concurrency_limit - n for key, n in taken.items()})
-
-
-def _choose(
-    ready: QuerySet[Task], limit: int, room: Counter[str] | None, definition: Definition
-) -> list[Task]:
-    """Take up to ``limit`` tasks of ``ready`` that fit the free places of their keys."""
-    if room is None:
-        return list(ready[:limit])
-    if definition.concurrency_key_path is None:
-        return list(ready[: min(limit, room[""])])
-    assert definition.concurrency_limit is not None
-    limit_per_key = definition.concurrency_limit
-    chosen: list[Task] = []
-    seen: list[int] = []
-    full = {key for key, free in room.items() if free <= 0}
-    for _ in range(_MAX_ROUNDS):
-        wanted = limit - len(chosen)
-        batch = list(ready.exclude(concurrency_key__in=full).exclude(pk__in=seen)[:wanted])
-        for task in batch:
-            seen.append(task.pk)
-            key = task.concurrency_key
-            free = room.get(key, limit_per_key)
-            if free > 0 and len(chosen) < limit:
-                chosen.append(task)
-                room[key] = free - 1
-            if room.get(key, limit_per_key) <= 0:
-                full.add(key)
-        if len(chosen) >= limit or len(batch) < wanted:
-            break
-    return chosen
 
 
 def start(task_id: int, exec_id: uuid.UUID | str, *, now: datetime | None = None) -> Task:
@@ -419,8 +325,9 @@ def start(task_id: int, exec_id: uuid.UUID | str, *, now: datetime | None = None
         task.attempts += 1
         log = [*(task.attempt_log or []), {"attempt": task.attempts, "exec_id": str(task.exec_id)}]
         log[-1]["started_at"] = now.isoformat()
-        _save(
+        report(
             task,
+            TaskState.REQUESTED,
             state=TaskState.ACTIVE,
             attempts=task.attempts,
             started_at=now,
@@ -436,7 +343,7 @@ def notify(task_id: int, exec_id: uuid.UUID | str, *, now: datetime | None = Non
     now = _now(now)
     with db.write_transaction():
         task, definition = _held(task_id, exec_id, TaskState.ACTIVE, "notify", "in progress")
-        _save(task, deadline=now + _seconds(definition.in_progress_timeout))
+        report(task, TaskState.ACTIVE, deadline=now + _seconds(definition.in_progress_timeout))
     return task
 
 
@@ -452,8 +359,9 @@ def succeed(
         )
         definition.validate("result", result)
         _close_attempt(task, now, "succeeded", "")
-        _save(
+        report(
             task,
+            TaskState.ACTIVE,
             state=TaskState.SUCCEEDED,
             result=result,
             error_detail=None,  # a failed attempt's error is not the succeeded task's
@@ -519,7 +427,7 @@ def _end_attempt(
         )
     else:
         changes.update(state=TaskState.FAILED, finished_at=now)
-    _save(task, **changes)
+    report(task, TaskState.ACTIVE, **changes)
     _freed_a_slot(task, definition)
 
 
@@ -545,7 +453,7 @@ def reap(
     if not names:
         return caught
     for _ in range(max_batches):
-        n = _reap_requested(names, now, batch_size)
+        n = handout.take_back(names, now, batch_size, OutcomeReason.REQUESTED_TO_START_TIMEOUT)
         caught[OutcomeReason.REQUESTED_TO_START_TIMEOUT] += n
         if n < batch_size:
             break
@@ -557,35 +465,9 @@ def reap(
     return +caught
 
 
-def _expired(state: TaskState, names: list[str], now: datetime, batch_size: int) -> list[Task]:
-    conn = db.connection()
-    return list(
-        Task.objects.using(db.alias())
-        .filter(state=state, deadline__lt=now, topic_id__in=names)
-        .order_by("deadline")
-        .select_for_update(**db.lock_kwargs(conn))[:batch_size]
-    )
-
-
-def _reap_requested(names: list[str], now: datetime, batch_size: int) -> int:
-    with db.write_transaction():
-        expired = _expired(TaskState.REQUESTED, names, now, batch_size)
-        if not expired:
-            return 0
-        Task.objects.using(db.alias()).rows(expired).update(
-            state=TaskState.PENDING,
-            exec_id=None,
-            deadline=None,
-            outcome_reason=OutcomeReason.REQUESTED_TO_START_TIMEOUT,
-        )
-        for topic in sorted({t.topic_id for t in expired}):
-            db.notify(db.connection(), topic)
-    return len(expired)
-
-
 def _reap_in_progress(names: list[str], now: datetime, batch_size: int) -> int:
     with db.write_transaction():
-        expired = _expired(TaskState.ACTIVE, names, now, batch_size)
+        expired = handout.expired(TaskState.ACTIVE, names, now, batch_size)
         for task in expired:
             definition = definitions.get(task.topic_id)
             _end_attempt(task, definition, now, OutcomeReason.IN_PROGRESS_TIMEOUT, error=None)
@@ -637,12 +519,6 @@ def _uuid(value: uuid.UUID | str) -> uuid.UUID:
         return uuid.UUID(str(value))
     except ValueError:
         raise InvalidArgumentError(f"exec_id must be a UUID, not {value!r}.") from None
-
-
-def _save(task: Task, **changes: Any) -> None:
-    for name, value in changes.items():
-        setattr(task, name, value)
-    Task.objects.using(db.alias()).rows([task]).update(**changes)
 
 
 def _close_attempt(task: Task, now: datetime, outcome: str, reason: str) -> None:
