@@ -24,11 +24,16 @@ about every ``REAP_INTERVAL`` per cluster; until it has, a late executor still h
 Every function takes ``now`` (default :func:`clock`), so tests move time instead of
 sleeping. Deadlines are compared with the clock of the process that reaps, so keep
 the machines' clocks synchronized (NTP): skew shifts the timeouts by as much.
+
+This module checks, decides and explains; the task store writes the rows
+(:mod:`~django_tasks_coord.store.handout` hands tasks out and takes back those never
+started, :func:`~django_tasks_coord.store.finish.report` writes an executor's reports
+under its ``exec_id``). The vocabulary (statuses, outcomes, reasons) lives in
+:mod:`~django_tasks_coord.execution_states`.
 """
 
 from __future__ import annotations
 
-import enum
 import random
 import uuid
 from collections import Counter
@@ -36,17 +41,24 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Min, Q, QuerySet
+from django.db.models import Min, QuerySet
 from django.utils import timezone
 
 from django_tasks_coord import db, definitions
 from django_tasks_coord.definitions import Definition
-from django_tasks_coord.enums import COMPLETED_MIN, TaskState
-from django_tasks_coord.exceptions import (
-    ExecutionConflictError,
-    InvalidArgumentError,
-    StaleExecIdError,
-    UnknownDefinitionError,
+from django_tasks_coord.enums import TaskState
+from django_tasks_coord.exceptions import ExecutionConflictError, InvalidArgumentError
+from django_tasks_coord.execution_states import (
+    OUTCOME_FILTERS,
+    Outcome,
+    OutcomeReason,
+    Status,
+    close_attempt,
+    coerce,
+    is_defined,
+    lock,
+    retry_count,
+    status_filter,
 )
 from django_tasks_coord.models import Task
 from django_tasks_coord.store import claims, handout
@@ -81,34 +93,6 @@ def clock() -> datetime:
     return timezone.now()
 
 
-class Status(enum.StrEnum):
-    """Where a defined task is in its lifecycle (derived from its state and ``execute_at``)."""
-
-    WAITING = "waiting"  #: not due yet: ``execute_at`` or a retry delay in the future
-    READY = "ready"  #: due, waiting to be polled
-    REQUESTED = "requested"  #: handed to an executor by a poll, not started yet
-    IN_PROGRESS = "in_progress"  #: started by its executor
-    DONE = "done"  #: finished, see :class:`Outcome`
-
-
-class Outcome(enum.StrEnum):
-    """How a done task ended."""
-
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELED = "canceled"
-
-
-class OutcomeReason(enum.StrEnum):
-    """Why a task ended as it did, or why its last attempt or hand-out ended while it waits again."""
-
-    FAILED_BY_EXECUTOR = "failed_by_executor"  #: the executor reported a failure with an error
-    UNKNOWN_ERROR = "unknown_error"  #: the executor reported a failure without an error
-    IN_PROGRESS_TIMEOUT = "in_progress_timeout"  #: no notify nor outcome in time
-    REQUESTED_TO_START_TIMEOUT = "requested_to_start_timeout"  #: polled, never started in time
-    CANCELED = "canceled"  #: canceled by a user
-
-
 def _now(now: datetime | None) -> datetime:
     return clock() if now is None else check_when(now, "now", optional=False)  # type: ignore[return-value]
 
@@ -137,11 +121,6 @@ def status(task: Task, now: datetime | None = None) -> tuple[Status, Outcome | N
     return Status.DONE, Outcome.CANCELED  # CANCELED, or ended by the queue API (redundant...)
 
 
-def retry_count(task: Task) -> int:
-    """How many failed attempts of ``task`` were retried."""
-    return sum(1 for entry in task.attempt_log or [] if entry.get("outcome") == "retry")
-
-
 def tasks(
     definition: str | Sequence[str] | None = None,
     *,
@@ -159,37 +138,10 @@ def tasks(
         topics = [definitions.get(name).name for name in definition]
     qs = Task.objects.using(db.alias()).filter(topic_id__in=topics)
     if status is not None:
-        qs = qs.filter(_status_filter(_coerce(Status, status, "status"), _now(now)))
+        qs = qs.filter(status_filter(coerce(Status, status, "status"), _now(now)))
     if outcome is not None:
-        qs = qs.filter(_OUTCOME_FILTERS[_coerce(Outcome, outcome, "outcome")])
+        qs = qs.filter(OUTCOME_FILTERS[coerce(Outcome, outcome, "outcome")])
     return qs.order_by("-sequence")
-
-
-_OUTCOME_FILTERS = {
-    Outcome.SUCCEEDED: Q(state=TaskState.SUCCEEDED),
-    Outcome.FAILED: Q(state=TaskState.FAILED),
-    Outcome.CANCELED: Q(state__gte=COMPLETED_MIN)
-    & ~Q(state__in=(TaskState.SUCCEEDED, TaskState.FAILED)),
-}
-
-
-def _status_filter(wanted: Status, now: datetime) -> Q:
-    due = Q(execute_at__isnull=True) | Q(execute_at__lte=now)
-    return {
-        Status.WAITING: Q(state=TaskState.PENDING) & ~due,
-        Status.READY: Q(state=TaskState.PENDING) & due,
-        Status.REQUESTED: Q(state=TaskState.REQUESTED),
-        Status.IN_PROGRESS: Q(state=TaskState.ACTIVE),
-        Status.DONE: Q(state__gte=COMPLETED_MIN),
-    }[wanted]
-
-
-def _coerce[E: enum.StrEnum](cls: type[E], value: object, argument: str) -> E:
-    try:
-        return cls(str(value))
-    except ValueError:
-        choices = ", ".join(member.value for member in cls)
-        raise InvalidArgumentError(f"{argument}={value!r} is not one of {choices}.") from None
 
 
 def get(task_id: int) -> Task:
@@ -198,17 +150,9 @@ def get(task_id: int) -> Task:
     if isinstance(task_id, bool) or not isinstance(task_id, int):
         raise Task.DoesNotExist(f"No task has the id {task_id!r}.")
     task = Task.objects.using(db.alias()).filter(pk=task_id).first()
-    if task is None or not _is_defined(task.topic_id):
+    if task is None or not is_defined(task.topic_id):
         raise Task.DoesNotExist(f"No task of a definition has the id {task_id}.")
     return task
-
-
-def _is_defined(topic: str) -> bool:
-    try:
-        definitions.get(topic)
-    except UnknownDefinitionError:
-        return False
-    return True
 
 
 def next_due(names: Sequence[str], now: datetime | None = None) -> datetime | None:
@@ -271,11 +215,11 @@ def cancel(task_id: int, *, now: datetime | None = None) -> Task:
     """Cancel a task that is not done yet; a running executor's later calls are then refused."""
     now = _now(now)
     with db.write_transaction():
-        task = _lock(task_id)
+        task = lock(task_id)
         if task.is_completed:
             raise _done(task, "cancel")
         if task.state == TaskState.ACTIVE:
-            _close_attempt(task, now, "canceled", OutcomeReason.CANCELED)
+            close_attempt(task, now, "canceled", OutcomeReason.CANCELED)
         changes = {
             "state": TaskState.CANCELED,
             "outcome_reason": OutcomeReason.CANCELED,
@@ -287,7 +231,7 @@ def cancel(task_id: int, *, now: datetime | None = None) -> Task:
         for name, value in changes.items():
             setattr(task, name, value)
         claims.cancel_execution(task, changes)
-        _freed_a_slot(task)
+        handout.freed_a_slot(task)
     return task
 
 
@@ -358,7 +302,7 @@ def succeed(
             task_id, exec_id, TaskState.ACTIVE, "report the success of", "in progress"
         )
         definition.validate("result", result)
-        _close_attempt(task, now, "succeeded", "")
+        close_attempt(task, now, "succeeded", "")
         report(
             task,
             TaskState.ACTIVE,
@@ -370,7 +314,7 @@ def succeed(
             deadline=None,
             attempt_log=task.attempt_log,
         )
-        _freed_a_slot(task)
+        handout.freed_a_slot(task)
     return task
 
 
@@ -411,7 +355,7 @@ def _end_attempt(
 ) -> None:
     """Retry the failed attempt of ``task`` after the retry delay, or fail the task for good."""
     retrying = retry and retry_count(task) < definition.allowed_retry_count
-    _close_attempt(task, now, "retry" if retrying else "failed", reason)
+    close_attempt(task, now, "retry" if retrying else "failed", reason)
     changes: dict[str, Any] = {
         "error_detail": error,
         "outcome_reason": reason,
@@ -428,7 +372,7 @@ def _end_attempt(
     else:
         changes.update(state=TaskState.FAILED, finished_at=now)
     report(task, TaskState.ACTIVE, **changes)
-    _freed_a_slot(task, definition)
+    handout.freed_a_slot(task, definition)
 
 
 # --- timeouts ---------------------------------------------------------------------------------
@@ -477,65 +421,14 @@ def _reap_in_progress(names: list[str], now: datetime, batch_size: int) -> int:
 # --- helpers ------------------------------------------------------------------------------------
 
 
-def _lock(task_id: int, exec_id: uuid.UUID | str | None = None) -> Task:
-    """Lock the row of defined task ``task_id`` (waiting for a reaper, briefly) and check the
-    exec_id quoted, if any. Call inside a write transaction."""
-    if isinstance(task_id, bool) or not isinstance(task_id, int):
-        raise Task.DoesNotExist(f"No task has the id {task_id!r}.")
-    conn = db.connection()
-    task = (
-        Task.objects.using(db.alias())
-        .filter(pk=task_id)
-        .select_for_update(**db.lock_kwargs(conn, skip_locked=False))
-        .first()
-    )
-    if task is None or not _is_defined(task.topic_id):
-        raise Task.DoesNotExist(f"No task of a definition has the id {task_id}.")
-    if exec_id is not None:
-        quoted = _uuid(exec_id)
-        if task.exec_id != quoted:
-            raise StaleExecIdError(
-                f"exec_id {quoted} is not the current execution of task {task_id}: it was "
-                "handed out again since (after a timeout or a retry), or the id is wrong. "
-                "Stop working on it."
-            )
-    return task
-
-
 def _held(
     task_id: int, exec_id: uuid.UUID | str, state: TaskState, action: str, expected: str
 ) -> tuple[Task, Definition]:
     """Lock task ``task_id`` held under ``exec_id`` in ``state``; return it and its definition."""
-    task = _lock(task_id, exec_id)
+    task = lock(task_id, exec_id)
     if task.state != state:
         raise _wrong_state(task, action, expected)
     return task, definitions.get(task.topic_id)
-
-
-def _uuid(value: uuid.UUID | str) -> uuid.UUID:
-    if isinstance(value, uuid.UUID):
-        return value
-    try:
-        return uuid.UUID(str(value))
-    except ValueError:
-        raise InvalidArgumentError(f"exec_id must be a UUID, not {value!r}.") from None
-
-
-def _close_attempt(task: Task, now: datetime, outcome: str, reason: str) -> None:
-    """Write the end of the running attempt into ``task.attempt_log`` (in memory)."""
-    log = list(task.attempt_log or [])
-    if log and "finished_at" not in log[-1]:
-        log[-1] = {**log[-1], "finished_at": now.isoformat(), "outcome": outcome}
-        if reason:
-            log[-1]["reason"] = str(reason)
-    task.attempt_log = log
-
-
-def _freed_a_slot(task: Task, definition: Definition | None = None) -> None:
-    """Wake long-polls waiting for a concurrency slot of ``task``'s definition (PostgreSQL)."""
-    definition = definition or definitions.get(task.topic_id)
-    if definition.concurrency_limit is not None:
-        db.notify(db.connection(), task.topic_id)
 
 
 def _done(task: Task, action: str) -> ExecutionConflictError:

@@ -13,7 +13,8 @@
 Every function runs in the caller's transaction when one is open on the app's
 database alias (``TASKS_COORD["DATABASE"]``), and in a transaction of its own
 otherwise: nothing is ever half-written, and a push inside a rolled-back
-``transaction.atomic()`` block never existed.
+``transaction.atomic()`` block never existed. This module checks arguments and explains
+refusals; the task store (:mod:`django_tasks_coord.store`) writes the rows.
 """
 
 from __future__ import annotations
@@ -278,11 +279,6 @@ def poll(
     if observers.active():
         observers.claimed(name, tasks, time.monotonic() - started)
     return tasks
-
-
-#: How long :func:`poll` waits for the database to tell whether a claim went through
-#: when the connection broke as it committed.
-CLAIM_CHECK_SECONDS = claims.CLAIM_CHECK_SECONDS
 
 
 # --- complete, release, cancel ---------------------------------------------------------------

@@ -3,7 +3,8 @@
 :func:`hand_out` is the executor API's claim (``executions.poll``): ready tasks of one
 definition become REQUESTED, each under a fresh ``exec_id``, within the definition's
 concurrency limit. :func:`take_back` returns requested tasks whose start deadline
-passed to the ready state (the requested-to-start timeout).
+passed to the ready state (the requested-to-start timeout). :func:`freed_a_slot` wakes
+the long-polls waiting for room under a concurrency limit.
 """
 
 from __future__ import annotations
@@ -15,14 +16,14 @@ from typing import TYPE_CHECKING
 
 from django.db.models import Case, Count, Q, QuerySet, UUIDField, Value, When
 
-from django_tasks_coord import db
+from django_tasks_coord import db, definitions
 from django_tasks_coord.enums import IN_FLIGHT, TaskState
 from django_tasks_coord.models import Task, Topic
 
 if TYPE_CHECKING:
     from django_tasks_coord.definitions import Definition
 
-__all__ = ["expired", "hand_out", "take_back"]
+__all__ = ["expired", "freed_a_slot", "hand_out", "take_back"]
 
 #: Rounds of candidates a poll looks through for tasks whose concurrency key has room.
 _MAX_ROUNDS = 20
@@ -151,3 +152,11 @@ def take_back(names: list[str], now: datetime, batch_size: int, reason: str) -> 
         for topic in sorted({t.topic_id for t in late}):
             db.notify(db.connection(), topic)
     return len(late)
+
+
+def freed_a_slot(task: Task, definition: Definition | None = None) -> None:
+    """Wake long-polls waiting for a concurrency slot of ``task``'s definition (PostgreSQL):
+    call it once a write took ``task`` out of flight."""
+    definition = definition or definitions.get(task.topic_id)
+    if definition.concurrency_limit is not None:
+        db.notify(db.connection(), task.topic_id)
