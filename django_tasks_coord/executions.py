@@ -24,11 +24,16 @@ about every ``REAP_INTERVAL`` per cluster; until it has, a late executor still h
 Every function takes ``now`` (default :func:`clock`), so tests move time instead of
 sleeping. Deadlines are compared with the clock of the process that reaps, so keep
 the machines' clocks synchronized (NTP): skew shifts the timeouts by as much.
+
+This module checks, decides and explains; the task store writes the rows
+(:mod:`~django_tasks_coord.store.handout` hands tasks out and takes back those never
+started, :func:`~django_tasks_coord.store.finish.report` writes an executor's reports
+under its ``exec_id``). The vocabulary (statuses, outcomes, reasons) lives in
+:mod:`~django_tasks_coord.execution_states`.
 """
 
 from __future__ import annotations
 
-import enum
 import random
 import uuid
 from collections import Counter
@@ -36,19 +41,29 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Case, Count, Min, Q, QuerySet, UUIDField, Value, When
+from django.db.models import Min, QuerySet
 from django.utils import timezone
 
 from django_tasks_coord import db, definitions
 from django_tasks_coord.definitions import Definition
-from django_tasks_coord.enums import COMPLETED_MIN, IN_FLIGHT, TaskState
-from django_tasks_coord.exceptions import (
-    ExecutionConflictError,
-    InvalidArgumentError,
-    StaleExecIdError,
-    UnknownDefinitionError,
+from django_tasks_coord.enums import TaskState
+from django_tasks_coord.exceptions import ExecutionConflictError, InvalidArgumentError
+from django_tasks_coord.execution_states import (
+    OUTCOME_FILTERS,
+    Outcome,
+    OutcomeReason,
+    Status,
+    close_attempt,
+    coerce,
+    is_defined,
+    lock,
+    retry_count,
+    status_filter,
 )
-from django_tasks_coord.models import Task, Topic
+from django_tasks_coord.models import Task
+from django_tasks_coord.store import claims, handout
+from django_tasks_coord.store.finish import report
+from django_tasks_coord.store.insert import insert
 from django_tasks_coord.topics import adding_tasks, registering
 from django_tasks_coord.validation import check_payload, check_priority, check_text, check_when
 
@@ -72,41 +87,10 @@ __all__ = [
     "tasks",
 ]
 
-#: Rounds of candidates a poll looks through for tasks whose concurrency key has room.
-_MAX_ROUNDS = 20
-
 
 def clock() -> datetime:
     """The current time used by this module (tests replace it to move time)."""
     return timezone.now()
-
-
-class Status(enum.StrEnum):
-    """Where a defined task is in its lifecycle (derived from its state and ``execute_at``)."""
-
-    WAITING = "waiting"  #: not due yet: ``execute_at`` or a retry delay in the future
-    READY = "ready"  #: due, waiting to be polled
-    REQUESTED = "requested"  #: handed to an executor by a poll, not started yet
-    IN_PROGRESS = "in_progress"  #: started by its executor
-    DONE = "done"  #: finished, see :class:`Outcome`
-
-
-class Outcome(enum.StrEnum):
-    """How a done task ended."""
-
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELED = "canceled"
-
-
-class OutcomeReason(enum.StrEnum):
-    """Why a task ended as it did, or why its last attempt or hand-out ended while it waits again."""
-
-    FAILED_BY_EXECUTOR = "failed_by_executor"  #: the executor reported a failure with an error
-    UNKNOWN_ERROR = "unknown_error"  #: the executor reported a failure without an error
-    IN_PROGRESS_TIMEOUT = "in_progress_timeout"  #: no notify nor outcome in time
-    REQUESTED_TO_START_TIMEOUT = "requested_to_start_timeout"  #: polled, never started in time
-    CANCELED = "canceled"  #: canceled by a user
 
 
 def _now(now: datetime | None) -> datetime:
@@ -137,11 +121,6 @@ def status(task: Task, now: datetime | None = None) -> tuple[Status, Outcome | N
     return Status.DONE, Outcome.CANCELED  # CANCELED, or ended by the queue API (redundant...)
 
 
-def retry_count(task: Task) -> int:
-    """How many failed attempts of ``task`` were retried."""
-    return sum(1 for entry in task.attempt_log or [] if entry.get("outcome") == "retry")
-
-
 def tasks(
     definition: str | Sequence[str] | None = None,
     *,
@@ -159,37 +138,10 @@ def tasks(
         topics = [definitions.get(name).name for name in definition]
     qs = Task.objects.using(db.alias()).filter(topic_id__in=topics)
     if status is not None:
-        qs = qs.filter(_status_filter(_coerce(Status, status, "status"), _now(now)))
+        qs = qs.filter(status_filter(coerce(Status, status, "status"), _now(now)))
     if outcome is not None:
-        qs = qs.filter(_OUTCOME_FILTERS[_coerce(Outcome, outcome, "outcome")])
+        qs = qs.filter(OUTCOME_FILTERS[coerce(Outcome, outcome, "outcome")])
     return qs.order_by("-sequence")
-
-
-_OUTCOME_FILTERS = {
-    Outcome.SUCCEEDED: Q(state=TaskState.SUCCEEDED),
-    Outcome.FAILED: Q(state=TaskState.FAILED),
-    Outcome.CANCELED: Q(state__gte=COMPLETED_MIN)
-    & ~Q(state__in=(TaskState.SUCCEEDED, TaskState.FAILED)),
-}
-
-
-def _status_filter(wanted: Status, now: datetime) -> Q:
-    due = Q(execute_at__isnull=True) | Q(execute_at__lte=now)
-    return {
-        Status.WAITING: Q(state=TaskState.PENDING) & ~due,
-        Status.READY: Q(state=TaskState.PENDING) & due,
-        Status.REQUESTED: Q(state=TaskState.REQUESTED),
-        Status.IN_PROGRESS: Q(state=TaskState.ACTIVE),
-        Status.DONE: Q(state__gte=COMPLETED_MIN),
-    }[wanted]
-
-
-def _coerce[E: enum.StrEnum](cls: type[E], value: object, argument: str) -> E:
-    try:
-        return cls(str(value))
-    except ValueError:
-        choices = ", ".join(member.value for member in cls)
-        raise InvalidArgumentError(f"{argument}={value!r} is not one of {choices}.") from None
 
 
 def get(task_id: int) -> Task:
@@ -198,17 +150,9 @@ def get(task_id: int) -> Task:
     if isinstance(task_id, bool) or not isinstance(task_id, int):
         raise Task.DoesNotExist(f"No task has the id {task_id!r}.")
     task = Task.objects.using(db.alias()).filter(pk=task_id).first()
-    if task is None or not _is_defined(task.topic_id):
+    if task is None or not is_defined(task.topic_id):
         raise Task.DoesNotExist(f"No task of a definition has the id {task_id}.")
     return task
-
-
-def _is_defined(topic: str) -> bool:
-    try:
-        definitions.get(topic)
-    except UnknownDefinitionError:
-        return False
-    return True
 
 
 def next_due(names: Sequence[str], now: datetime | None = None) -> datetime | None:
@@ -261,9 +205,7 @@ def create(
     )
 
     def add() -> Task:
-        created = Task.objects.using(db.alias()).insert([task])[0]
-        db.notify(db.connection(), found.name)
-        return created
+        return insert([task])[0]
 
     # The topic may be declared, but not synced by a node or the API yet.
     return registering(found.name, lambda: adding_tasks(found.name, add))
@@ -273,21 +215,23 @@ def cancel(task_id: int, *, now: datetime | None = None) -> Task:
     """Cancel a task that is not done yet; a running executor's later calls are then refused."""
     now = _now(now)
     with db.write_transaction():
-        task = _lock(task_id)
+        task = lock(task_id)
         if task.is_completed:
             raise _done(task, "cancel")
         if task.state == TaskState.ACTIVE:
-            _close_attempt(task, now, "canceled", OutcomeReason.CANCELED)
-        _save(
-            task,
-            state=TaskState.CANCELED,
-            outcome_reason=OutcomeReason.CANCELED,
-            finished_at=now,
-            deadline=None,
-            owner=None,
-            attempt_log=task.attempt_log,
-        )
-        _freed_a_slot(task)
+            close_attempt(task, now, "canceled", OutcomeReason.CANCELED)
+        changes = {
+            "state": TaskState.CANCELED,
+            "outcome_reason": OutcomeReason.CANCELED,
+            "finished_at": now,
+            "deadline": None,
+            "owner": None,
+            "attempt_log": task.attempt_log,
+        }
+        for name, value in changes.items():
+            setattr(task, name, value)
+        claims.cancel_execution(task, changes)
+        handout.freed_a_slot(task)
     return task
 
 
@@ -299,7 +243,8 @@ def poll(names: Sequence[str], limit: int = 1, *, now: datetime | None = None) -
 
     Each task gets a fresh ``exec_id`` and must be started within its definition's
     ``requested_to_start_timeout``. Concurrency limits count requested and in-progress
-    tasks; they hold under any number of concurrent pollers (see :func:`_poll_one`).
+    tasks; they hold under any number of concurrent pollers (see
+    :func:`django_tasks_coord.store.handout.hand_out`).
     Definitions are visited from a random one on, so that no definition starves; those
     whose topic is paused (``queue.pause_topic``, the admin) hand out nothing.
     """
@@ -312,103 +257,8 @@ def poll(names: Sequence[str], limit: int = 1, *, now: datetime | None = None) -
     for definition in found[start:] + found[:start]:
         if len(handed) >= limit:
             break
-        handed.extend(_poll_one(definition, limit - len(handed), now))
+        handed.extend(handout.hand_out(definition, limit - len(handed), now))
     return handed
-
-
-def _poll_one(definition: Definition, limit: int, now: datetime) -> list[Task]:
-    """Claim up to ``limit`` ready tasks of one definition in one short transaction.
-
-    Without a concurrency limit this is the queue's claim: ``SELECT ... FOR UPDATE SKIP
-    LOCKED``, so concurrent pollers never take the same task. With a limit, the
-    definition's topic row is locked first (``FOR UPDATE``): polls of a limited
-    definition take turns, so each one counts the tasks in flight after the previous
-    one committed, and the limit cannot be overrun by a race. (SQLite serializes every
-    write transaction anyway.)
-    """
-    using, conn = db.alias(), db.connection()
-    with db.write_transaction():
-        room: Counter[str] | None = None
-        topic = Topic.objects.using(using).filter(name=definition.name)
-        if definition.concurrency_limit is not None:
-            locked = topic.select_for_update(**db.lock_kwargs(conn, skip_locked=False))
-            if list(locked.values_list("paused", flat=True)) != [False]:
-                return []  # paused in the admin, or no task was ever created
-            room = _room(definition)
-            if room.total() <= 0 and definition.concurrency_key_path is None:
-                return []
-        elif topic.filter(paused=True).exists():
-            return []  # paused (queue.pause_topic, the admin): executors get nothing
-        ready = (
-            Task.objects.using(using)
-            .filter(topic_id=definition.name, state=TaskState.PENDING)
-            .filter(Q(execute_at__isnull=True) | Q(execute_at__lte=now))
-            .order_by("-priority", "sequence")
-            .select_for_update(**db.lock_kwargs(conn))
-        )
-        chosen = _choose(ready, limit, room, definition)
-        if not chosen:
-            return []
-        exec_ids = {task.pk: uuid.uuid4() for task in chosen}
-        deadline = now + _seconds(definition.requested_to_start_timeout)
-        Task.objects.using(using).rows(chosen).update(
-            state=TaskState.REQUESTED,
-            exec_id=Case(
-                *(When(pk=pk, then=Value(exec_id)) for pk, exec_id in exec_ids.items()),
-                output_field=UUIDField(),
-            ),
-            deadline=deadline,
-            owner=None,
-        )
-    for task in chosen:
-        task.state, task.exec_id, task.deadline = TaskState.REQUESTED, exec_ids[task.pk], deadline
-    return chosen
-
-
-def _room(definition: Definition) -> Counter[str]:
-    """Free places per concurrency key (the key ``""`` only, without a key path)."""
-    assert definition.concurrency_limit is not None
-    in_flight = (
-        Task.objects.using(db.alias())
-        .filter(topic_id=definition.name, state__in=IN_FLIGHT)
-        .values("concurrency_key")
-        .annotate(n=Count("pk"))
-        .values_list("concurrency_key", "n")
-    )
-    taken = dict(in_flight)
-    if definition.concurrency_key_path is None:
-        return Counter({"": definition.concurrency_limit - sum(taken.values())})
-    return Counter({key: definition.concurrency_limit - n for key, n in taken.items()})
-
-
-def _choose(
-    ready: QuerySet[Task], limit: int, room: Counter[str] | None, definition: Definition
-) -> list[Task]:
-    """Take up to ``limit`` tasks of ``ready`` that fit the free places of their keys."""
-    if room is None:
-        return list(ready[:limit])
-    if definition.concurrency_key_path is None:
-        return list(ready[: min(limit, room[""])])
-    assert definition.concurrency_limit is not None
-    limit_per_key = definition.concurrency_limit
-    chosen: list[Task] = []
-    seen: list[int] = []
-    full = {key for key, free in room.items() if free <= 0}
-    for _ in range(_MAX_ROUNDS):
-        wanted = limit - len(chosen)
-        batch = list(ready.exclude(concurrency_key__in=full).exclude(pk__in=seen)[:wanted])
-        for task in batch:
-            seen.append(task.pk)
-            key = task.concurrency_key
-            free = room.get(key, limit_per_key)
-            if free > 0 and len(chosen) < limit:
-                chosen.append(task)
-                room[key] = free - 1
-            if room.get(key, limit_per_key) <= 0:
-                full.add(key)
-        if len(chosen) >= limit or len(batch) < wanted:
-            break
-    return chosen
 
 
 def start(task_id: int, exec_id: uuid.UUID | str, *, now: datetime | None = None) -> Task:
@@ -419,8 +269,9 @@ def start(task_id: int, exec_id: uuid.UUID | str, *, now: datetime | None = None
         task.attempts += 1
         log = [*(task.attempt_log or []), {"attempt": task.attempts, "exec_id": str(task.exec_id)}]
         log[-1]["started_at"] = now.isoformat()
-        _save(
+        report(
             task,
+            TaskState.REQUESTED,
             state=TaskState.ACTIVE,
             attempts=task.attempts,
             started_at=now,
@@ -436,7 +287,7 @@ def notify(task_id: int, exec_id: uuid.UUID | str, *, now: datetime | None = Non
     now = _now(now)
     with db.write_transaction():
         task, definition = _held(task_id, exec_id, TaskState.ACTIVE, "notify", "in progress")
-        _save(task, deadline=now + _seconds(definition.in_progress_timeout))
+        report(task, TaskState.ACTIVE, deadline=now + _seconds(definition.in_progress_timeout))
     return task
 
 
@@ -451,9 +302,10 @@ def succeed(
             task_id, exec_id, TaskState.ACTIVE, "report the success of", "in progress"
         )
         definition.validate("result", result)
-        _close_attempt(task, now, "succeeded", "")
-        _save(
+        close_attempt(task, now, "succeeded", "")
+        report(
             task,
+            TaskState.ACTIVE,
             state=TaskState.SUCCEEDED,
             result=result,
             error_detail=None,  # a failed attempt's error is not the succeeded task's
@@ -462,7 +314,7 @@ def succeed(
             deadline=None,
             attempt_log=task.attempt_log,
         )
-        _freed_a_slot(task)
+        handout.freed_a_slot(task)
     return task
 
 
@@ -503,7 +355,7 @@ def _end_attempt(
 ) -> None:
     """Retry the failed attempt of ``task`` after the retry delay, or fail the task for good."""
     retrying = retry and retry_count(task) < definition.allowed_retry_count
-    _close_attempt(task, now, "retry" if retrying else "failed", reason)
+    close_attempt(task, now, "retry" if retrying else "failed", reason)
     changes: dict[str, Any] = {
         "error_detail": error,
         "outcome_reason": reason,
@@ -519,8 +371,8 @@ def _end_attempt(
         )
     else:
         changes.update(state=TaskState.FAILED, finished_at=now)
-    _save(task, **changes)
-    _freed_a_slot(task, definition)
+    report(task, TaskState.ACTIVE, **changes)
+    handout.freed_a_slot(task, definition)
 
 
 # --- timeouts ---------------------------------------------------------------------------------
@@ -545,7 +397,7 @@ def reap(
     if not names:
         return caught
     for _ in range(max_batches):
-        n = _reap_requested(names, now, batch_size)
+        n = handout.take_back(names, now, batch_size, OutcomeReason.REQUESTED_TO_START_TIMEOUT)
         caught[OutcomeReason.REQUESTED_TO_START_TIMEOUT] += n
         if n < batch_size:
             break
@@ -557,35 +409,9 @@ def reap(
     return +caught
 
 
-def _expired(state: TaskState, names: list[str], now: datetime, batch_size: int) -> list[Task]:
-    conn = db.connection()
-    return list(
-        Task.objects.using(db.alias())
-        .filter(state=state, deadline__lt=now, topic_id__in=names)
-        .order_by("deadline")
-        .select_for_update(**db.lock_kwargs(conn))[:batch_size]
-    )
-
-
-def _reap_requested(names: list[str], now: datetime, batch_size: int) -> int:
-    with db.write_transaction():
-        expired = _expired(TaskState.REQUESTED, names, now, batch_size)
-        if not expired:
-            return 0
-        Task.objects.using(db.alias()).rows(expired).update(
-            state=TaskState.PENDING,
-            exec_id=None,
-            deadline=None,
-            outcome_reason=OutcomeReason.REQUESTED_TO_START_TIMEOUT,
-        )
-        for topic in sorted({t.topic_id for t in expired}):
-            db.notify(db.connection(), topic)
-    return len(expired)
-
-
 def _reap_in_progress(names: list[str], now: datetime, batch_size: int) -> int:
     with db.write_transaction():
-        expired = _expired(TaskState.ACTIVE, names, now, batch_size)
+        expired = handout.expired(TaskState.ACTIVE, names, now, batch_size)
         for task in expired:
             definition = definitions.get(task.topic_id)
             _end_attempt(task, definition, now, OutcomeReason.IN_PROGRESS_TIMEOUT, error=None)
@@ -595,71 +421,14 @@ def _reap_in_progress(names: list[str], now: datetime, batch_size: int) -> int:
 # --- helpers ------------------------------------------------------------------------------------
 
 
-def _lock(task_id: int, exec_id: uuid.UUID | str | None = None) -> Task:
-    """Lock the row of defined task ``task_id`` (waiting for a reaper, briefly) and check the
-    exec_id quoted, if any. Call inside a write transaction."""
-    if isinstance(task_id, bool) or not isinstance(task_id, int):
-        raise Task.DoesNotExist(f"No task has the id {task_id!r}.")
-    conn = db.connection()
-    task = (
-        Task.objects.using(db.alias())
-        .filter(pk=task_id)
-        .select_for_update(**db.lock_kwargs(conn, skip_locked=False))
-        .first()
-    )
-    if task is None or not _is_defined(task.topic_id):
-        raise Task.DoesNotExist(f"No task of a definition has the id {task_id}.")
-    if exec_id is not None:
-        quoted = _uuid(exec_id)
-        if task.exec_id != quoted:
-            raise StaleExecIdError(
-                f"exec_id {quoted} is not the current execution of task {task_id}: it was "
-                "handed out again since (after a timeout or a retry), or the id is wrong. "
-                "Stop working on it."
-            )
-    return task
-
-
 def _held(
     task_id: int, exec_id: uuid.UUID | str, state: TaskState, action: str, expected: str
 ) -> tuple[Task, Definition]:
     """Lock task ``task_id`` held under ``exec_id`` in ``state``; return it and its definition."""
-    task = _lock(task_id, exec_id)
+    task = lock(task_id, exec_id)
     if task.state != state:
         raise _wrong_state(task, action, expected)
     return task, definitions.get(task.topic_id)
-
-
-def _uuid(value: uuid.UUID | str) -> uuid.UUID:
-    if isinstance(value, uuid.UUID):
-        return value
-    try:
-        return uuid.UUID(str(value))
-    except ValueError:
-        raise InvalidArgumentError(f"exec_id must be a UUID, not {value!r}.") from None
-
-
-def _save(task: Task, **changes: Any) -> None:
-    for name, value in changes.items():
-        setattr(task, name, value)
-    Task.objects.using(db.alias()).rows([task]).update(**changes)
-
-
-def _close_attempt(task: Task, now: datetime, outcome: str, reason: str) -> None:
-    """Write the end of the running attempt into ``task.attempt_log`` (in memory)."""
-    log = list(task.attempt_log or [])
-    if log and "finished_at" not in log[-1]:
-        log[-1] = {**log[-1], "finished_at": now.isoformat(), "outcome": outcome}
-        if reason:
-            log[-1]["reason"] = str(reason)
-    task.attempt_log = log
-
-
-def _freed_a_slot(task: Task, definition: Definition | None = None) -> None:
-    """Wake long-polls waiting for a concurrency slot of ``task``'s definition (PostgreSQL)."""
-    definition = definition or definitions.get(task.topic_id)
-    if definition.concurrency_limit is not None:
-        db.notify(db.connection(), task.topic_id)
 
 
 def _done(task: Task, action: str) -> ExecutionConflictError:

@@ -1,5 +1,6 @@
 """Maintenance of a topic's history: :func:`purge`, :func:`resolve` and :func:`count`.
-Re-exported by :mod:`~django_tasks_coord.queue`."""
+Re-exported by :mod:`~django_tasks_coord.queue`; the task store deletes what
+:func:`purge` asks for (:func:`django_tasks_coord.store.prune.purge`)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from datetime import datetime
 from django.db.models import Count, Max, Min
 
 from django_tasks_coord import db
-from django_tasks_coord.enums import IN_FLIGHT
 from django_tasks_coord.exceptions import InvalidArgumentError
 from django_tasks_coord.models import Task
+from django_tasks_coord.store import prune
 from django_tasks_coord.topics import TopicRef, topic_name
 from django_tasks_coord.validation import check_when
 
@@ -23,15 +24,7 @@ def purge(topic: TopicRef, below: int) -> int:
     """
     if not isinstance(below, int) or isinstance(below, bool):
         raise InvalidArgumentError(f"below must be an int (a sequence), not {below!r}.")
-    name = topic_name(topic)
-    doomed = (
-        Task.objects.using(db.alias())
-        .for_topic(name)
-        .filter(sequence__lt=below)
-        .exclude(state__in=IN_FLIGHT)
-    )
-    deleted, _ = doomed.delete()
-    return deleted
+    return prune.purge(topic_name(topic), below)
 
 
 def resolve(topic: TopicRef, when: datetime) -> int:

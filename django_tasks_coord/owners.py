@@ -1,7 +1,9 @@
 """Owners: the nodes that hold tasks, their heartbeats, and the expiry of dead ones.
 
 Times are compared on the database clock, so nodes with skewed clocks agree on
-who is dead.
+who is dead. This module writes owner rows; the tasks of a dead owner go back to
+the queue through the task store (:func:`django_tasks_coord.store.claims.return_to_queue`),
+which also deletes the owner rows.
 """
 
 from __future__ import annotations
@@ -13,14 +15,14 @@ import uuid
 from datetime import timedelta
 
 from django.db import IntegrityError, models
-from django.db.models import Count, Exists, OuterRef
+from django.db.models import Count
 from django.db.models.functions import Now
 
 from django_tasks_coord import db
 from django_tasks_coord.conf import app_settings
-from django_tasks_coord.enums import IN_FLIGHT, TaskState
 from django_tasks_coord.exceptions import DuplicateOwnerError, InvalidArgumentError
 from django_tasks_coord.models import Owner, Task
+from django_tasks_coord.store.claims import return_to_queue
 
 logger = logging.getLogger(__name__)
 
@@ -121,23 +123,9 @@ def sweep(older_than: timedelta | None = None) -> tuple[list[Task], int]:
 
 
 def _expire_owner_ids(ids: list[int], using: str) -> list[Task]:
-    """Return the in-flight tasks of owners ``ids`` to PENDING and delete the owners.
-
-    Task rows locked by another transaction (a dead process frozen mid-statement) are
-    skipped, never waited for, so a reaper cannot get stuck behind them; their owner
-    is kept and the next sweep tries again.
-    """
-    conn = db.connection()
-    held = Task.objects.using(using).filter(owner_id__in=ids, state__in=IN_FLIGHT)
-    tasks = list(held.select_for_update(**db.lock_kwargs(conn)).order_by("sequence"))
-    if tasks:
-        Task.objects.using(using).filter(pk__in=[t.pk for t in tasks]).update(
-            state=TaskState.PENDING, owner=None, exec_id=None
-        )
-        for task in tasks:
-            task.state, task.owner, task.exec_id = TaskState.PENDING, None, None
-    still_held = Task.objects.using(using).filter(owner_id=OuterRef("pk"), state__in=IN_FLIGHT)
-    Owner.objects.using(using).filter(pk__in=ids).exclude(Exists(still_held)).delete()
+    """Return the in-flight tasks of owners ``ids`` to the queue and delete the owners
+    (:func:`django_tasks_coord.store.claims.return_to_queue`); log each task returned."""
+    tasks = return_to_queue(ids, using)
     for task in tasks:
         logger.warning(
             "Task %s returned to the queue: its owner died (attempt %s).",

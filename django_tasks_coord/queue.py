@@ -13,25 +13,23 @@
 Every function runs in the caller's transaction when one is open on the app's
 database alias (``TASKS_COORD["DATABASE"]``), and in a transaction of its own
 otherwise: nothing is ever half-written, and a push inside a rolled-back
-``transaction.atomic()`` block never existed.
+``transaction.atomic()`` block never existed. This module checks arguments and explains
+refusals; the task store (:mod:`django_tasks_coord.store`) writes the rows.
 """
 
 from __future__ import annotations
 
 import time
 import traceback
-import uuid
 from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db import DatabaseError, IntegrityError, models
-from django.db.models import Exists, F, OuterRef, Q, Subquery
+from django.db import IntegrityError
 from django.utils import timezone
 
 from django_tasks_coord import db, observers
 from django_tasks_coord.enums import (
-    IN_FLIGHT,
     Condition,
     Decision,
     Insertion,
@@ -56,12 +54,13 @@ from django_tasks_coord.owners import expire, heartbeat, register_owner, unregis
 from django_tasks_coord.retention import set_policy as set_retention
 from django_tasks_coord.revival import (
     junction,
-    lock_batch,
     recreate,
     recreate_many,
     reset,
     reset_many,
 )
+from django_tasks_coord.store import claims, finish
+from django_tasks_coord.store import insert as store_insert
 from django_tasks_coord.topics import (
     TopicRef,
     adding_tasks,
@@ -121,8 +120,6 @@ __all__ = [
 
 MAX_POLL_LIMIT = 10_000
 PRIORITY_RANGE = range(-32768, 32768)
-#: Earlier tasks in these states never block a poll condition.
-_NON_BLOCKING = (TaskState.FILTERED, TaskState.CANCELED, TaskState.REDUNDANT)
 
 
 def format_exception(exception: BaseException | None) -> str | None:
@@ -183,16 +180,7 @@ def push_many(
     priority = check_priority(priority)
     execute_at = check_when(execute_at, "execute_at")
     handler = check_handler(handler)
-    batch = []
-    for item in items:
-        if not isinstance(item, tuple | list) or len(item) != 2:
-            raise InvalidArgumentError(
-                f"push_many items must be (identifier, payload) pairs, not {item!r}."
-            )
-        identifier, payload = item
-        check_identifier(identifier)
-        check_payload(payload)
-        batch.append((identifier, payload))
+    batch = _checked_items(items)
     if not batch:
         topic_name(topic)
         return []
@@ -215,50 +203,25 @@ def push_many(
                 finished_at=timezone.now() if superseded else None,
             )
         )
-    using = db.alias()
-
-    def add() -> list[Task]:
-        if insertion is not Insertion.APPEND:
-            _apply_insertion(name, list(last_index), insertion, using)
-        created = Task.objects.using(using).insert(tasks)
-        db.notify(db.connection(), name)
-        return created
-
-    return adding_tasks(name, add)
+    return adding_tasks(name, lambda: store_insert.push(name, tasks, list(last_index), insertion))
 
 
-def _apply_insertion(topic: str, identifiers: list[str], insertion: Insertion, using: str) -> None:
-    for start in range(0, len(identifiers), 500):
-        chunk = identifiers[start : start + 500]
-        existing = Task.objects.using(using).filter(topic_id=topic)
-        if insertion is Insertion.REPLACE:
-            existing.unfinished_of(chunk).update(
-                state=TaskState.REDUNDANT, finished_at=timezone.now(), owner=None
+def _checked_items(items: Iterable[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """The ``(identifier, payload)`` pairs of ``items``, checked."""
+    batch = []
+    for item in items:
+        if not isinstance(item, tuple | list) or len(item) != 2:
+            raise InvalidArgumentError(
+                f"push_many items must be (identifier, payload) pairs, not {item!r}."
             )
-        elif insertion is Insertion.SUPERSEDE:
-            existing.unfinished_of(chunk).pending().update(
-                state=TaskState.REDUNDANT, finished_at=timezone.now()
-            )
-        else:
-            existing.filter(identifier__in=chunk).exclude(state__in=IN_FLIGHT).delete()
+        identifier, payload = item
+        check_identifier(identifier)
+        check_payload(payload)
+        batch.append((identifier, payload))
+    return batch
 
 
 # --- poll -----------------------------------------------------------------------------------
-
-
-def _apply_condition(qs: models.QuerySet[Task], condition: Condition) -> models.QuerySet[Task]:
-    before = Task.objects.filter(topic_id=OuterRef("topic_id"), sequence__lt=OuterRef("sequence"))
-    earlier = before.filter(identifier=OuterRef("identifier"))
-    earlier_unfinished = before.unfinished_of(OuterRef("identifier"))
-    qs = qs.filter(~Exists(earlier_unfinished))
-    if condition is Condition.SINGULAR_BY_IDENTIFIER:
-        return qs
-    latest = earlier.exclude(state__in=_NON_BLOCKING).order_by("-sequence").values("state")[:1]
-    qs = qs.annotate(_latest_earlier_state=Subquery(latest))
-    unblocked = Q(_latest_earlier_state__isnull=True)
-    if condition is Condition.SINGULAR_BY_IDENTIFIER_SUSPEND_ON_FAILURE:
-        return qs.filter(unblocked | ~Q(_latest_earlier_state=TaskState.FAILED))
-    return qs.filter(unblocked | Q(_latest_earlier_state=TaskState.SUCCEEDED))
 
 
 def poll(
@@ -302,7 +265,7 @@ def poll(
         raise OwnerExpiredError(f"Owner {owner.name!r} was declared dead; register again.")
     started = time.monotonic()
     try:
-        tasks = _claim(name, limit, order, condition, owner, using, conn)
+        tasks = claims.claim(name, limit, order, condition, owner, using, conn)
     except IntegrityError as exc:  # the owner was deleted (declared dead) while we claimed
         if owner is not None and not Owner.objects.using(using).filter(pk=owner.pk).exists():
             raise OwnerExpiredError(
@@ -316,71 +279,6 @@ def poll(
     if observers.active():
         observers.claimed(name, tasks, time.monotonic() - started)
     return tasks
-
-
-def _claim(
-    name: str,
-    limit: int,
-    order: Order,
-    condition: Condition | None,
-    owner: Owner | None,
-    using: str,
-    conn: Any,
-) -> list[Task]:
-    """Lock up to ``limit`` due tasks (skipping locked ones) and mark them ACTIVE for ``owner``.
-
-    If the connection breaks as the claim commits, the commit may have gone through: the
-    claimed rows are looked for by their new ``exec_id`` once the database answers, and
-    returned if they are there, rather than left ACTIVE with nobody knowing of them.
-    """
-    tasks: list[Task] = []
-    now, exec_id = timezone.now(), uuid.uuid4()
-    try:
-        with db.write_transaction():
-            qs: models.QuerySet[Task] = Task.objects.using(using).for_topic(name).due()
-            if condition is not None:
-                qs = _apply_condition(qs, condition)
-            sequence = "sequence" if order is Order.FIFO else "-sequence"
-            qs = qs.order_by("-priority", sequence).select_for_update(**db.lock_kwargs(conn))
-            tasks = list(qs[:limit])
-            if not tasks:
-                return []
-            now = timezone.now()
-            Task.objects.using(using).rows(tasks).update(
-                state=TaskState.ACTIVE,
-                owner=owner,
-                exec_id=exec_id,
-                attempts=F("attempts") + 1,
-                started_at=now,
-                finished_at=None,
-            )
-    except DatabaseError as exc:
-        if not tasks or not db.connection_lost(exc) or not _claimed(exec_id, using):
-            raise
-    for task in tasks:
-        task.exec_id, task.started_at = exec_id, now
-    return tasks
-
-
-def _claimed(exec_id: uuid.UUID, using: str) -> bool:
-    """Whether a claim whose commit lost its answer went through (waits for the database for
-    up to :data:`CLAIM_CHECK_SECONDS`; False if it does not answer by then)."""
-    deadline = time.monotonic() + CLAIM_CHECK_SECONDS
-    rows = Task.objects.using(using).filter(exec_id=exec_id, state=TaskState.ACTIVE)
-
-    def wait(seconds: float) -> bool:
-        time.sleep(seconds)  # backing off while the database is unreachable
-        return time.monotonic() > deadline
-
-    try:
-        return db.retry_while_lost(rows.exists, what="Checking a claim", wait=wait, using=using)
-    except DatabaseError:
-        return False
-
-
-#: How long :func:`poll` waits for the database to tell whether a claim went through
-#: when the connection broke as it committed.
-CLAIM_CHECK_SECONDS = 30.0
 
 
 # --- complete, release, cancel ---------------------------------------------------------------
@@ -446,10 +344,6 @@ def complete(task: Task, decision: Decision | Result | str) -> Task:
     return complete_many([task], decision)[0]
 
 
-class _ClaimsLost(Exception):
-    """Internal: a batch completion matched fewer rows than tasks; roll it back."""
-
-
 def complete_many(tasks: Sequence[Task], decision: Decision | Result | str) -> list[Task]:
     """Finish several ACTIVE tasks with the same decision in one statement; return them.
 
@@ -469,20 +363,8 @@ def complete_many(tasks: Sequence[Task], decision: Decision | Result | str) -> l
         "finished_at": timezone.now(),
         "owner": None,
     }
-    claims: dict[tuple[str, uuid.UUID | None], set[int]] = {}
-    for task in tasks:
-        claims.setdefault((task.topic_id, task.exec_id), set()).add(task.pk)
-    held = Q()
-    for (topic, exec_id), pks in claims.items():
-        held |= Q(topic_id=topic, pk__in=pks, exec_id=exec_id)
-    using = db.alias()
-    try:
-        with db.write_transaction():
-            rows = Task.objects.using(using).filter(held, state=TaskState.ACTIVE)
-            if rows.update(**changes) != len({task.pk for task in tasks}):
-                raise _ClaimsLost
-    except _ClaimsLost:
-        active = Task.objects.using(using).filter(state=TaskState.ACTIVE)
+    if not finish.complete(tasks, changes):
+        active = Task.objects.using(db.alias()).filter(state=TaskState.ACTIVE)
         for task in tasks:
             if not active.filter(pk=task.pk, exec_id=task.exec_id).exists():
                 raise _claim_lost(task, "complete") from None
@@ -519,14 +401,8 @@ def release(
         changes["error"] = format_exception(decision.exception)
     if refund_attempt:
         changes["attempts"] = max(task.attempts - 1, 0)
-    using = db.alias()
-    with db.write_transaction():
-        held = Task.objects.using(using).filter(
-            topic_id=task.topic_id, pk=task.pk, state=TaskState.ACTIVE, exec_id=task.exec_id
-        )
-        if held.update(**changes) != 1:
-            raise _claim_lost(task, "release")
-        db.notify(db.connection(), task.topic_id)
+    if not claims.release(task, changes):
+        raise _claim_lost(task, "release")
     for field, value in changes.items():
         setattr(task, field, value)
     return task
@@ -545,7 +421,7 @@ def cancel(task: Task, message: str | None = None) -> Task:
     """Cancel a task that is not completed yet (CANCELED). A running consumer's completion is then refused."""
     task = check_task(task)
     changes = _canceled(message)
-    if Task.objects.using(db.alias()).rows([task]).not_completed().update(**changes) != 1:
+    if not claims.cancel(task, changes):
         raise state_error(task, "cancel", "not completed (PENDING, REQUESTED or ACTIVE)")
     for field, value in changes.items():
         setattr(task, field, value)
@@ -564,14 +440,8 @@ def cancel_many(
     alone, and so are rows a node holds locked at that moment (it is claiming or
     completing them: ``SKIP LOCKED``); they are missing from the result.
     """
-    rows = Task.objects.using(db.alias()).not_completed()
-    if states is not None:
-        rows = rows.filter(state__in=list(states))
     changes = _canceled(message)
-    with db.write_transaction():
-        canceled = lock_batch(rows, tasks)
-        if canceled:
-            Task.objects.using(db.alias()).rows(canceled).update(**changes)
+    canceled = claims.cancel_many(tasks, changes, states)
     for task in canceled:
         for field, value in changes.items():
             setattr(task, field, value)

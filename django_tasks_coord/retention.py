@@ -22,7 +22,8 @@ in its topic. SUSPENDED tasks (they wait for a reset or a junction) and tasks th
 are not finished (PENDING, REQUESTED, ACTIVE) are never deleted by retention.
 ``queue.purge`` and ``manage.py tasks_coord_prune`` stay available for manual deletion.
 
-How it deletes: one topic at a time (the task table may be partitioned by topic,
+How it deletes (this module decides what goes; the task store's
+:mod:`~django_tasks_coord.store.prune` deletes it): one topic at a time (the task table may be partitioned by topic,
 so every statement names its topic), one state at a time (each victim query is a
 range of the ``(topic, state, sequence)`` index, read in sequence order), in
 batches of ``RETENTION_BATCH_SIZE`` rows, each batch a short transaction of its
@@ -44,19 +45,26 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import connections, transaction
-from django.db.models import Q, QuerySet
+from django.db import connections
+from django.db.models import Q
 from django.utils import timezone
 
 from django_tasks_coord import db
 from django_tasks_coord.conf import app_settings
 from django_tasks_coord.enums import TaskState
 from django_tasks_coord.exceptions import InvalidArgumentError
-from django_tasks_coord.models import Task, Topic
+from django_tasks_coord.models import Topic
+from django_tasks_coord.store.prune import (
+    Budget,
+    Sweeps,
+    delete_by_state,
+    delete_finished,
+    rows_threshold,
+)
 from django_tasks_coord.topics import TopicRef, topic_name
 
 __all__ = [
@@ -190,26 +198,6 @@ def policies() -> list[Policy]:
 # --- applying -------------------------------------------------------------------------------
 
 
-class _Budget:
-    """Batches a pass may still run; ``None``: no limit."""
-
-    def __init__(self, batches: int | None) -> None:
-        self.left = batches
-        self.cut_short = False  # work was left for later because the budget ran out
-
-    @property
-    def spent(self) -> bool:
-        """True once no batch is left; asking marks the pass as cut short."""
-        if self.left is not None and self.left <= 0:
-            self.cut_short = True
-            return True
-        return False
-
-    def take(self) -> None:
-        if self.left is not None:
-            self.left -= 1
-
-
 def _check_positive(name: str, value: object, *, none: bool) -> int | None:
     if value is None and none:
         return None
@@ -241,7 +229,7 @@ def apply(
         none=False,
     )
     assert batch_size is not None
-    budget = _Budget(_check_positive("max_batches", max_batches, none=True))
+    budget = Budget(_check_positive("max_batches", max_batches, none=True))
     selected = policies() if topic is None else [p for p in [get_policy(topic)] if p.is_set]
     now = timezone.now() if now is None else now
     counts = {}
@@ -250,14 +238,10 @@ def apply(
     return counts
 
 
-#: Where a node's sweep of one (topic, state, limit) stopped: the last sequence it read.
-Sweeps = dict[tuple[str, int, str], int]
-
-
 def _apply_policy(
     policy: Policy,
     batch_size: int,
-    budget: _Budget,
+    budget: Budget,
     now: datetime,
     node: str | None = None,
     sweeps: Sweeps | None = None,
@@ -268,12 +252,16 @@ def _apply_policy(
     for states, days, rows in policy.rules():
         if days is not None and not budget.spent:
             before = now - timedelta(days=days)
-            deleted += _delete(topic, states, batch_size, budget, before=before, sweeps=sweeps)
+            deleted += delete_by_state(
+                topic, states, batch_size, budget, before=before, sweeps=sweeps
+            )
         if rows is not None and not budget.spent:
             if rows == 0:  # keep none: every task of the class goes
-                deleted += _delete(topic, states, batch_size, budget, sweeps=sweeps)
-            elif (below := _rows_threshold(topic, states, rows)) is not None:
-                deleted += _delete(topic, states, batch_size, budget, below=below, sweeps=sweeps)
+                deleted += delete_by_state(topic, states, batch_size, budget, sweeps=sweeps)
+            elif (below := rows_threshold(topic, states, rows)) is not None:
+                deleted += delete_by_state(
+                    topic, states, batch_size, budget, below=below, sweeps=sweeps
+                )
     if deleted:
         logger.info(
             "Retention deleted %s task(s) of topic %r.",
@@ -282,160 +270,6 @@ def _apply_policy(
             extra={"topic": topic, "deleted": deleted, "node": node},
         )
     return deleted
-
-
-def delete_finished(
-    topic: str,
-    states: Iterable[int],
-    *,
-    before: datetime,
-    batch_size: int,
-    max_batches: int | None = None,
-) -> int:
-    """Delete ``topic``'s tasks in ``states`` that finished before ``before``; return how many.
-
-    In batches of ``batch_size`` rows, each its own transaction, skipping rows that
-    other transactions hold (PostgreSQL, MySQL/MariaDB); at most ``max_batches``
-    batches. Used to prune old ``django.tasks`` results
-    (:func:`django_tasks_coord.backends.housekeeping.prune_results`): unlike a retention
-    pass, it reads the candidates with their ``finished_at`` (no sweep bound), so every task
-    finished before ``before`` goes, whatever its creation time.
-    """
-    old = Task.objects.using(db.alias()).filter(
-        topic_id=topic, state__in=list(states), finished_at__lt=before
-    )
-    deleted, _ = _delete_range(old, old, batch_size, _Budget(max_batches))
-    return deleted
-
-
-def _delete_range(
-    window: QuerySet[Task],
-    victims: QuerySet[Task],
-    batch_size: int,
-    budget: _Budget,
-    after: int = 0,
-) -> tuple[int, int]:
-    """Walk ``window`` in sequence order from after ``after``, ``batch_size`` candidates at a
-    time, deleting those that are ``victims``, until the window is exhausted or ``budget``
-    is spent. Returns the tasks deleted and where the next walk resumes (``0``: from the
-    window's start, as it was exhausted)."""
-    deleted = 0
-    while True:
-        candidates = list(
-            window.filter(sequence__gt=after)
-            .order_by("sequence")
-            .values_list("sequence", flat=True)[:batch_size]
-        )
-        if not candidates:
-            return deleted, 0
-        if budget.spent:  # candidates are left: for the next walk
-            return deleted, after
-        budget.take()
-        deleted += _delete_batch(victims, candidates)
-        after = candidates[-1]
-        if len(candidates) < batch_size:
-            return deleted, 0
-
-
-def _delete(
-    topic: str,
-    states: Sequence[int],
-    batch_size: int,
-    budget: _Budget,
-    *,
-    before: datetime | None = None,
-    below: int | None = None,
-    sweeps: Sweeps | None = None,
-) -> int:
-    """Delete, state by state, ``topic``'s tasks in ``states`` finished before ``before`` and
-    with a sequence under ``below`` (each bound optional), until none is left or the
-    budget is spent; return how many went.
-
-    Each batch reads the next ``batch_size`` candidates of one state in sequence order
-    from the ``(topic, state, sequence)`` index alone (an index-only range: the
-    planner cannot mistake a walk of the primary key through other topics' rows for
-    it), then locks and deletes those of them that are still victims. ``sweeps``
-    remembers, from one pass to the next, where the sweep of each state stopped, so
-    that candidates that are no victims (tasks finished after ``before`` though
-    created before it) are not read again at every pass.
-    """
-    tasks = Task.objects.using(db.alias())
-    limit = below
-    if before is not None:
-        # A task finishes after it is created: the tasks finished before ``before`` were
-        # created before it too. The sequence of the first task created after ``before``
-        # (index (topic, created_at)) bounds the sweep, so that the tasks still kept are
-        # not read at every pass. Tasks whose creation and sequence disagree (a long
-        # transaction, clock skew) are only deleted a little later, never earlier.
-        bound = (
-            tasks.filter(topic_id=topic, created_at__gt=before)
-            .order_by("created_at")
-            .values_list("sequence", flat=True)
-            .first()
-        )
-        limit = bound if limit is None or bound is None else min(limit, bound)
-    kind = "rows" if before is None else "days"
-    deleted = 0
-    for state in states:
-        victims = tasks.filter(topic_id=topic, state=state)
-        if before is not None:
-            victims = victims.filter(finished_at__lt=before)
-        window = tasks.filter(topic_id=topic, state=state)
-        if limit is not None:
-            window = window.filter(sequence__lt=limit)
-        key = (topic, state, kind)
-        after = sweeps.get(key, 0) if sweeps is not None else 0
-        removed, after = _delete_range(window, victims, batch_size, budget, after)
-        deleted += removed
-        if sweeps is not None:
-            sweeps[key] = after
-    return deleted
-
-
-def _delete_batch(victims: QuerySet[Task], candidates: list[int]) -> int:
-    """Delete those of ``candidates`` (sequences) that are still ``victims``, in one short
-    transaction; return how many went. Rows another transaction holds are skipped."""
-    conn = db.connection()
-    chosen = victims.filter(sequence__in=candidates)
-    if conn.features.has_select_for_update_skip_locked:
-        with transaction.atomic(using=db.alias()):
-            locked = chosen.values_list("sequence", flat=True).select_for_update(
-                **db.lock_kwargs(conn)
-            )
-            pks = list(locked)
-            # The topic stays in the WHERE: one partition of a partitioned table.
-            return victims.filter(sequence__in=pks).delete()[0] if pks else 0
-    # SQLite: no row locks, one writer at a time; the delete checks the policy itself.
-    with db.write_transaction():
-        return chosen.delete()[0]
-
-
-def _rows_threshold(topic: str, states: Sequence[int], keep: int) -> int | None:
-    """The sequence of the ``keep``-th newest task of ``topic`` in ``states`` (``keep`` >= 1):
-    the tasks below it go. ``None`` if there are not more than ``keep``.
-
-    Each state's newest ``keep`` sequences are a backward range of the
-    ``(topic, state, sequence)`` index; the threshold is the ``keep``-th of their union.
-    """
-    alias = db.alias()
-    tasks = Task.objects.using(alias).filter(topic_id=topic)
-    if len(states) == 1:
-        by_age = tasks.filter(state=states[0]).order_by("-sequence")
-        found = by_age.values_list("sequence", flat=True)[keep - 1 : keep]
-        return next(iter(found), None)
-    conn = connections[alias]
-    column = conn.ops.quote_name("sequence")
-    parts, params = [], []
-    for i, state in enumerate(states):
-        newest = tasks.filter(state=state).order_by("-sequence").values_list("sequence")[:keep]
-        sql, part_params = newest.query.get_compiler(using=alias).as_sql()
-        parts.append(f"SELECT {column} FROM ({sql}) {conn.ops.quote_name(f'newest_{i}')}")
-        params.extend(part_params)
-    sql = " UNION ALL ".join(parts) + f" ORDER BY {column} DESC LIMIT 1 OFFSET {int(keep) - 1}"
-    with conn.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
-    return None if row is None else int(row[0])
 
 
 # --- the node's housekeeping ----------------------------------------------------------------
@@ -523,7 +357,7 @@ class Housekeeper(threading.Thread):
             return {}, False
         start = next(self._rotation) % len(selected)
         batch_size = self.batch_size or app_settings.RETENTION_BATCH_SIZE
-        budget = _Budget(self.max_batches)
+        budget = Budget(self.max_batches)
         now = self.now()
         counts = {}
         for policy in selected[start:] + selected[:start]:

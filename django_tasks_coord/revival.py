@@ -3,6 +3,8 @@ several suspended ones together (:func:`junction`). Re-exported by :mod:`~django
 
 :func:`reset_many` and :func:`recreate_many` revive a batch of tasks in one short
 transaction (``manage.py tasks_coord retry/reset/recreate`` call them batch by batch).
+This module checks the arguments and says what went wrong; the task store writes the
+rows (:mod:`django_tasks_coord.store.revive`).
 """
 
 from __future__ import annotations
@@ -14,58 +16,30 @@ from django.db.models import Max
 from django_tasks_coord import db
 from django_tasks_coord.enums import Junction, TaskState
 from django_tasks_coord.exceptions import InvalidArgumentError
-from django_tasks_coord.models import Task, TaskQuerySet
+from django_tasks_coord.models import Task
+from django_tasks_coord.store import revive
+from django_tasks_coord.store.claims import lock_batch
+from django_tasks_coord.store.revive import REVIVED
 from django_tasks_coord.topics import TopicRef, topic_name
 from django_tasks_coord.validation import check_identifier, check_task, state_error
 
-REVIVED = {
-    "state": TaskState.PENDING,
-    "owner": None,
-    "exec_id": None,
-    "attempts": 0,
-    "message": None,
-    "error": None,
-    "execute_at": None,
-    "started_at": None,
-    "finished_at": None,
-}
+__all__ = [
+    "REVIVED",
+    "junction",
+    "lock_batch",
+    "recreate",
+    "recreate_many",
+    "reset",
+    "reset_many",
+]
 
 
 def reset(task: Task) -> Task:
     """Revive a completed task in place: PENDING again, result and attempts cleared, same sequence."""
     task = check_task(task)
-    if Task.objects.using(db.alias()).filter(pk=task.pk).completed().update(**REVIVED) != 1:
+    if not revive.reset(task):
         raise state_error(task, "reset", "completed")
-    for field, value in REVIVED.items():
-        setattr(task, field, value)
     return task
-
-
-def lock_batch(rows: TaskQuerySet, tasks: Sequence[Task]) -> list[Task]:
-    """Lock those of ``tasks`` still among ``rows``, skipping rows another transaction holds.
-
-    Call it inside :func:`db.write_transaction`. A row locked elsewhere (a node claiming
-    or completing it right now) is left out rather than waited for (``SKIP LOCKED``
-    where the database has it; SQLite's write lock serializes instead), so a batch never
-    deadlocks with the nodes and never undoes what they just wrote; the caller counts
-    what was left out.
-    """
-    if not tasks:
-        return []
-    conn = db.connection()
-    locked = rows.rows(tasks).order_by("sequence").select_for_update(**db.lock_kwargs(conn))
-    return list(locked)
-
-
-def _wake(tasks: Sequence[Task]) -> None:
-    """Announce new pending work in the topics of ``tasks``: sleeping nodes claim it at once."""
-    for topic in sorted({task.topic_id for task in tasks}):
-        db.notify(db.connection(), topic)
-
-
-def _completed_rows(states: Collection[TaskState] | None) -> TaskQuerySet:
-    rows = Task.objects.using(db.alias()).completed()
-    return rows if states is None else rows.filter(state__in=list(states))
 
 
 def reset_many(tasks: Sequence[Task], *, states: Collection[TaskState] | None = None) -> list[Task]:
@@ -77,26 +51,7 @@ def reset_many(tasks: Sequence[Task], *, states: Collection[TaskState] | None = 
     others, and rows locked by another transaction at that moment, are left alone and
     missing from the result.
     """
-    with db.write_transaction():
-        revived = lock_batch(_completed_rows(states), tasks)
-        if revived:
-            Task.objects.using(db.alias()).rows(revived).update(**REVIVED)
-            _wake(revived)
-    for task in revived:
-        for field, value in REVIVED.items():
-            setattr(task, field, value)
-    return revived
-
-
-def _copy_of(original: Task) -> Task:
-    return Task(
-        topic_id=original.topic_id,
-        identifier=original.identifier,
-        payload=original.payload,
-        priority=original.priority,
-        recreated=True,
-        original=original,
-    )
+    return revive.reset_many(tasks, states)
 
 
 def recreate_many(
@@ -109,13 +64,7 @@ def recreate_many(
     Tasks no longer completed (or, with ``states``, no longer in one of them) and rows
     locked by another transaction at that moment get no copy.
     """
-    with db.write_transaction():
-        originals = lock_batch(_completed_rows(states), tasks)
-        if not originals:
-            return []
-        copies = Task.objects.using(db.alias()).insert([_copy_of(o) for o in originals])
-        _wake(copies)
-        return copies
+    return revive.recreate_many(tasks, states)
 
 
 def recreate(task: Task) -> Task:
@@ -124,14 +73,10 @@ def recreate(task: Task) -> Task:
     The original keeps its state and result.
     """
     task = check_task(task)
-    using = db.alias()
-    with db.write_transaction():
-        original = (
-            Task.objects.using(using).filter(pk=task.pk).completed().select_for_update().first()
-        )
-        if original is None:
-            raise state_error(task, "recreate", "completed")
-        return Task.objects.using(using).insert([_copy_of(original)])[0]
+    copy = revive.recreate(task)
+    if copy is None:
+        raise state_error(task, "recreate", "completed")
+    return copy
 
 
 def junction(
@@ -172,8 +117,5 @@ def junction(
             return []
         if not suspended:
             return []
-        tasks.filter(pk__in=[t.pk for t in suspended], state=TaskState.SUSPENDED).update(**REVIVED)
-    for task in suspended:
-        for field, value in REVIVED.items():
-            setattr(task, field, value)
+        revive.revive_suspended(suspended, using)
     return sorted(suspended, key=lambda t: t.sequence)

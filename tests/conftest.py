@@ -10,6 +10,24 @@ from django.db import connection
 
 from django_tasks_coord import queue
 from django_tasks_coord.models import Topic
+from tests import store_rule
+
+store_rule.install()
+
+
+@pytest.fixture(autouse=True)
+def _task_store_rule() -> Iterator[None]:
+    """Fail a test during which a module outside the task store wrote task rows
+    (``tests/store_rule.py``)."""
+    store_rule.violations.clear()
+    yield
+    store_rule.check()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Name the writes of modules whose move into the store is still pending."""
+    for line in store_rule.summary():
+        terminalreporter.write_line(line)
 
 
 @pytest.fixture(autouse=True)

@@ -8,11 +8,17 @@ the executor API, owners, revival, the ``django.tasks`` backend and the node cal
 none of them writes task rows itself (``tests/test_task_store_rule.py`` keeps it so).
 
 This module re-exports; the implementation lives in its submodules, one per kind of
-write.
+write: :mod:`~.fencing` (the one predicate of a claim still held), :mod:`~.insert`
+(pushes with their insertion mode, created and recreated tasks, each announced),
+:mod:`~.claims` (poll, release, cancel, return-to-queue of dead owners),
+:mod:`~.finish` (the queue's completions, an executor's reports), :mod:`~.handout`
+(the executor API's claim and its start timeout), :mod:`~.revive` (reset, recreate,
+junction) and :mod:`~.prune` (purge, retention batches, old results).
 """
 
 from __future__ import annotations
 
+from django_tasks_coord.store import claims, finish, handout, insert, prune, revive
 from django_tasks_coord.store.fencing import held
 
-__all__ = ["held"]
+__all__ = ["claims", "finish", "handout", "held", "insert", "prune", "revive"]

@@ -1,0 +1,150 @@
+"""The vocabulary of defined tasks' lifecycle (:mod:`django_tasks_coord.executions`):
+statuses, outcomes and their reasons, the filters that find them, the attempt log's
+entries, and locking a task under the execution id an executor quotes.
+
+Nothing here reads the clock: :mod:`~django_tasks_coord.executions` passes ``now``
+(its ``clock``, which tests replace).
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from datetime import datetime
+
+from django.db.models import Q
+
+from django_tasks_coord import db, definitions
+from django_tasks_coord.enums import COMPLETED_MIN, TaskState
+from django_tasks_coord.exceptions import (
+    InvalidArgumentError,
+    StaleExecIdError,
+    UnknownDefinitionError,
+)
+from django_tasks_coord.models import Task
+
+__all__ = [
+    "OUTCOME_FILTERS",
+    "Outcome",
+    "OutcomeReason",
+    "Status",
+    "close_attempt",
+    "coerce",
+    "is_defined",
+    "lock",
+    "parse_exec_id",
+    "retry_count",
+    "status_filter",
+]
+
+
+class Status(enum.StrEnum):
+    """Where a defined task is in its lifecycle (derived from its state and ``execute_at``)."""
+
+    WAITING = "waiting"  #: not due yet: ``execute_at`` or a retry delay in the future
+    READY = "ready"  #: due, waiting to be polled
+    REQUESTED = "requested"  #: handed to an executor by a poll, not started yet
+    IN_PROGRESS = "in_progress"  #: started by its executor
+    DONE = "done"  #: finished, see :class:`Outcome`
+
+
+class Outcome(enum.StrEnum):
+    """How a done task ended."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELED = "canceled"
+
+
+class OutcomeReason(enum.StrEnum):
+    """Why a task ended as it did, or why its last attempt or hand-out ended while it waits again."""
+
+    FAILED_BY_EXECUTOR = "failed_by_executor"  #: the executor reported a failure with an error
+    UNKNOWN_ERROR = "unknown_error"  #: the executor reported a failure without an error
+    IN_PROGRESS_TIMEOUT = "in_progress_timeout"  #: no notify nor outcome in time
+    REQUESTED_TO_START_TIMEOUT = "requested_to_start_timeout"  #: polled, never started in time
+    CANCELED = "canceled"  #: canceled by a user
+
+
+def retry_count(task: Task) -> int:
+    """How many failed attempts of ``task`` were retried."""
+    return sum(1 for entry in task.attempt_log or [] if entry.get("outcome") == "retry")
+
+
+OUTCOME_FILTERS = {
+    Outcome.SUCCEEDED: Q(state=TaskState.SUCCEEDED),
+    Outcome.FAILED: Q(state=TaskState.FAILED),
+    Outcome.CANCELED: Q(state__gte=COMPLETED_MIN)
+    & ~Q(state__in=(TaskState.SUCCEEDED, TaskState.FAILED)),
+}
+
+
+def status_filter(wanted: Status, now: datetime) -> Q:
+    due = Q(execute_at__isnull=True) | Q(execute_at__lte=now)
+    return {
+        Status.WAITING: Q(state=TaskState.PENDING) & ~due,
+        Status.READY: Q(state=TaskState.PENDING) & due,
+        Status.REQUESTED: Q(state=TaskState.REQUESTED),
+        Status.IN_PROGRESS: Q(state=TaskState.ACTIVE),
+        Status.DONE: Q(state__gte=COMPLETED_MIN),
+    }[wanted]
+
+
+def coerce[E: enum.StrEnum](cls: type[E], value: object, argument: str) -> E:
+    try:
+        return cls(str(value))
+    except ValueError:
+        choices = ", ".join(member.value for member in cls)
+        raise InvalidArgumentError(f"{argument}={value!r} is not one of {choices}.") from None
+
+
+def is_defined(topic: str) -> bool:
+    try:
+        definitions.get(topic)
+    except UnknownDefinitionError:
+        return False
+    return True
+
+
+def parse_exec_id(value: uuid.UUID | str) -> uuid.UUID:
+    if isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        raise InvalidArgumentError(f"exec_id must be a UUID, not {value!r}.") from None
+
+
+def close_attempt(task: Task, now: datetime, outcome: str, reason: str) -> None:
+    """Write the end of the running attempt into ``task.attempt_log`` (in memory)."""
+    log = list(task.attempt_log or [])
+    if log and "finished_at" not in log[-1]:
+        log[-1] = {**log[-1], "finished_at": now.isoformat(), "outcome": outcome}
+        if reason:
+            log[-1]["reason"] = str(reason)
+    task.attempt_log = log
+
+
+def lock(task_id: int, exec_id: uuid.UUID | str | None = None) -> Task:
+    """Lock the row of defined task ``task_id`` (waiting for a reaper, briefly) and check the
+    exec_id quoted, if any. Call inside a write transaction."""
+    if isinstance(task_id, bool) or not isinstance(task_id, int):
+        raise Task.DoesNotExist(f"No task has the id {task_id!r}.")
+    conn = db.connection()
+    task = (
+        Task.objects.using(db.alias())
+        .filter(pk=task_id)
+        .select_for_update(**db.lock_kwargs(conn, skip_locked=False))
+        .first()
+    )
+    if task is None or not is_defined(task.topic_id):
+        raise Task.DoesNotExist(f"No task of a definition has the id {task_id}.")
+    if exec_id is not None:
+        quoted = parse_exec_id(exec_id)
+        if task.exec_id != quoted:
+            raise StaleExecIdError(
+                f"exec_id {quoted} is not the current execution of task {task_id}: it was "
+                "handed out again since (after a timeout or a retry), or the id is wrong. "
+                "Stop working on it."
+            )
+    return task
