@@ -2,8 +2,22 @@
 
 from __future__ import annotations
 
+from importlib import import_module
+
 from django.apps import AppConfig
 from django.db.models.signals import post_migrate, pre_migrate
+
+from django_tasks_coord import conf, dbviews  # noqa: F401  (conf: its setting_changed receiver)
+
+#: Modules imported once the app registry is ready, for what importing them registers:
+#: the system checks (``checks``), the topic cache's model signal receivers (``topics``)
+#: and the consumer of the jobs topic (``scheduling.runner``). They import the models,
+#: which Django does not allow before :meth:`TasksCoordConfig.ready`.
+READY_MODULES = (
+    "django_tasks_coord.checks",
+    "django_tasks_coord.topics",
+    "django_tasks_coord.scheduling.runner",
+)
 
 
 class TasksCoordConfig(AppConfig):
@@ -15,10 +29,9 @@ class TasksCoordConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # Registers receivers and checks, and the consumer of the jobs topic.
-        from django_tasks_coord import checks, conf, dbviews, topics  # noqa: F401
-        from django_tasks_coord.scheduling import runner  # noqa: F401
-
+        """Import :data:`READY_MODULES`; keep the ``task_pretty`` view out of migrations' way."""
+        for module in READY_MODULES:
+            import_module(module)
         # The task_pretty view: out of the way of migrations, then back with the current columns.
         pre_migrate.connect(dbviews.before_migrate, sender=self)
         post_migrate.connect(dbviews.after_migrate, sender=self)

@@ -14,15 +14,22 @@ from typing import Any
 from django.apps import AppConfig, apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
-from django.db import connections
+from django.db import DatabaseError, connections
 from django.utils.module_loading import module_has_submodule
 
+from django_tasks_coord import db, handlers, partitions
+from django_tasks_coord.conf import _merged, app_settings
 from django_tasks_coord.exceptions import (
     ConfigurationError,
     DefinitionError,
     TasksCoordError,
     TimerError,
 )
+from django_tasks_coord.models import Owner, PeriodicTask
+from django_tasks_coord.node.config import NodeConfig
+from django_tasks_coord.scheduling import declared
+from django_tasks_coord.scheduling.runner import import_problem
+from django_tasks_coord.timers import parse
 
 #: The modules of installed apps where jobs (``jobs``), task definitions (``tasks``,
 #: ``jobs``) and consumers (``consumers``) are declared; ``runscheduler`` and the HTTP API
@@ -36,8 +43,6 @@ SETTINGS_HINT = "See docs/reference/settings.md for the accepted keys and values
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """``tasks_coord.E001``: ``TASKS_COORD`` is not a dict or has an unknown key;
     ``tasks_coord.E003``: a value has the wrong type or is out of range."""
-    from django_tasks_coord.conf import _merged
-
     try:
         values = _merged()
     except ConfigurationError as exc:
@@ -67,8 +72,6 @@ def _metrics_problems(values: dict[str, Any]) -> list[str]:
 
 def _setting_problems(values: dict[str, Any]) -> list[str]:
     """Every invalid value of the merged settings, one message each."""
-    from django_tasks_coord.node.config import NodeConfig
-
     problems = []
     if values["DATABASE"] not in settings.DATABASES:
         problems.append(
@@ -140,9 +143,6 @@ def check_declarations(
     Each module and declaration is checked on its own: one bad declaration never hides
     the others' problems, and nothing raises out of this check.
     """
-    from django_tasks_coord import handlers
-    from django_tasks_coord.scheduling import declared
-
     messages = _import_declaring_modules(app_configs)
     failed = {message.obj for message in messages}
     messages.extend(
@@ -235,13 +235,11 @@ def _cause(exc: BaseException, kind: type[Exception]) -> Exception | None:
 @register()
 def check_sqlite_group(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """``tasks_coord.W001``: a coordination group (several nodes) is configured on SQLite."""
-    from django_tasks_coord.conf import app_settings
-
     try:
         group, alias = app_settings.GROUP, app_settings.DATABASE
     except ConfigurationError:
         return []  # reported as E001
-    if not group or alias not in connections or connections[alias].vendor != "sqlite":
+    if not group or alias not in connections or not db.locks_whole_database(connections[alias]):
         return []
     return [
         Warning(
@@ -256,8 +254,6 @@ def check_sqlite_group(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
 
 def _database_connection(databases: Sequence[str] | None) -> Any:
     """The app's connection when the checks were asked to look at its database, else None."""
-    from django_tasks_coord.conf import app_settings
-
     try:
         alias = app_settings.DATABASE
     except ConfigurationError:
@@ -276,7 +272,7 @@ def check_database(
     conn = _database_connection(databases)
     if conn is None:
         return []
-    if conn.vendor == "sqlite":
+    if db.locks_whole_database(conn):  # SQLite: no row locks to skip; one node
         return _sqlite_hosts(conn.alias)
     if not conn.features.has_select_for_update_skip_locked:
         return [
@@ -297,10 +293,6 @@ def check_partitioning(
 ) -> list[CheckMessage]:
     """``tasks_coord.W004``: on PostgreSQL, the task table's shape is not the one
     ``PARTITION_TASKS`` asks for (migrate converts only an empty table)."""
-    from django.db import DatabaseError
-
-    from django_tasks_coord import partitions
-
     conn = _database_connection(databases)
     if conn is None or not partitions.supported(conn):
         return []
@@ -326,10 +318,6 @@ def check_partitioning(
 
 
 def _sqlite_hosts(alias: str) -> list[CheckMessage]:
-    from django.db import DatabaseError
-
-    from django_tasks_coord.models import Owner
-
     try:
         hosts = sorted(set(Owner.objects.using(alias).values_list("host", flat=True)))
     except DatabaseError:  # not migrated yet: nothing registered
@@ -353,12 +341,6 @@ def check_stored_jobs(
 ) -> list[CheckMessage]:
     """``tasks_coord.W003``: an enabled job scheduled at run time has a callable that cannot
     be imported, or a timer that does not parse."""
-    from django.db import DatabaseError
-
-    from django_tasks_coord.models import PeriodicTask
-    from django_tasks_coord.scheduling.runner import import_problem
-    from django_tasks_coord.timers import parse
-
     conn = _database_connection(databases)
     if conn is None:
         return []

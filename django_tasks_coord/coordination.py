@@ -20,13 +20,12 @@ term outdated: :func:`fenced` refuses its writes.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import DatabaseError, IntegrityError, OperationalError
+from django.db import IntegrityError, OperationalError
 from django.db.models import DurationField, ExpressionWrapper, F, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Now
 
@@ -117,7 +116,7 @@ def try_acquire(group: str, node_id: str, liveness: timedelta) -> int | None:
         finally:
             _unbound_lock_window()
     except OperationalError as exc:
-        if db.connection().vendor == "sqlite":
+        if db.locks_whole_database(db.connection()):  # "database is locked", not NOWAIT's refusal
             raise
         raise TokenBusyError(f"The token of group {group!r} is locked by another process.") from exc
 
@@ -237,40 +236,20 @@ def is_current(group: str, node_id: str, term: int) -> bool:
 
 
 def _bound_lock_window(limit: timedelta) -> None:
-    """Let the server end this transaction if its process freezes in it.
+    """Let the server end this transaction if its process freezes in it for ``limit``.
 
     The token row is locked only for an instant, but a process stopped (SIGSTOP, a
     VM pause) in that instant would keep it locked; with this the server rolls the
-    frozen transaction back after ``limit`` and the others can elect a new leader.
-    PostgreSQL: ``idle_in_transaction_session_timeout``, local to the transaction.
-    MariaDB: ``idle_transaction_timeout`` (whole seconds), a session variable that
-    :func:`_unbound_lock_window` resets once the transaction is over. (MySQL has no
-    such setting.)
+    frozen transaction back and the others can elect a new leader. Where the database
+    has such a setting (:func:`django_tasks_coord.db.set_lock_window`);
+    :func:`_unbound_lock_window` undoes it once the transaction is over.
     """
-    conn = db.connection()
-    if conn.vendor == "postgresql":
-        with conn.cursor() as cursor:
-            milliseconds = max(int(limit.total_seconds() * 1000), 100)
-            cursor.execute(f"SET LOCAL idle_in_transaction_session_timeout = {milliseconds}")
-    elif conn.vendor == "mysql" and getattr(conn, "mysql_is_mariadb", False):
-        with conn.cursor() as cursor:
-            seconds = max(math.ceil(limit.total_seconds()), 1)
-            cursor.execute(f"SET SESSION idle_transaction_timeout = {seconds}")
+    db.set_lock_window(db.connection(), limit)
 
 
 def _unbound_lock_window() -> None:
-    """After a transaction that called :func:`_bound_lock_window`: MariaDB's default back."""
-    conn = db.connection()
-    if (
-        conn.vendor == "mysql"
-        and getattr(conn, "mysql_is_mariadb", False)
-        and conn.connection is not None
-    ):
-        try:
-            with conn.cursor() as cursor:
-                cursor.execute("SET SESSION idle_transaction_timeout = DEFAULT")
-        except DatabaseError:  # the server ended the session: nothing to reset
-            pass
+    """After a transaction that called :func:`_bound_lock_window`: the session's default back."""
+    db.reset_lock_window(db.connection())
 
 
 def _deposed(group: str, node_id: str, term: int) -> FencedError:

@@ -38,6 +38,7 @@ from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_tasks_coord.conf import app_settings
+from django_tasks_coord.db.vendor import supports_partitioning
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +67,7 @@ def partition_name(topic: str) -> str:
 
 def supported(connection: BaseDatabaseWrapper) -> bool:
     """Whether the task table can be partitioned on this database (PostgreSQL only)."""
-    return connection.vendor == "postgresql"
+    return supports_partitioning(connection)
 
 
 def wanted(connection: BaseDatabaseWrapper) -> bool:

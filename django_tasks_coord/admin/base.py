@@ -269,26 +269,9 @@ class ServiceActionsAdmin(ModelAdmin):
 
 
 def table_estimate(model: type[models.Model], using: str) -> int | None:
-    """The planner's row estimate for ``model``'s whole table, or None where there is none.
-
-    PostgreSQL: ``EXPLAIN`` of a full scan (``reltuples`` scaled to the table's current
-    size, as the planner does). MySQL/MariaDB: InnoDB's ``TABLE_ROWS`` estimate.
-    SQLite keeps no estimate.
-    """
-    conn = connections[using]
-    table = model._meta.db_table
-    with conn.cursor() as cursor:
-        if conn.vendor == "postgresql":
-            return db.planner_rows(conn, f"SELECT 1 FROM {conn.ops.quote_name(table)}")
-        if conn.vendor == "mysql":
-            cursor.execute(
-                "SELECT TABLE_ROWS FROM information_schema.TABLES "
-                "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s",
-                [table],
-            )
-            row = cursor.fetchone()
-            return None if row is None or row[0] is None else int(row[0])
-    return None
+    """The planner's row estimate for ``model``'s whole table, or None where there is none
+    (SQLite; see :func:`django_tasks_coord.db.table_rows`)."""
+    return db.table_rows(connections[using], model._meta.db_table)
 
 
 class EstimatedCountPaginator(AnyPaginator):

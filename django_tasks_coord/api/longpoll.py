@@ -10,7 +10,8 @@ What wakes a waiting long-poll:
 - on PostgreSQL (with ``LISTEN_NOTIFY`` on), a ``NOTIFY`` on the queue's channel for one of its definitions (a new
   task, a retry, a task back from a timeout, a freed concurrency slot). One ``LISTEN``
   connection per event loop (per server process) serves every waiter; it closes a
-  little while after the last waiter left;
+  little while after the last waiter left, and it reconnects after a loss like every
+  LISTEN connection of the package (:class:`~django_tasks_coord.db.Listening`);
 - the moment the next waiting task of its definitions becomes due (``execute_at``, a
   retry delay), which no notification announces;
 - elsewhere, or while the ``LISTEN`` connection is not up, a check every
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import weakref
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -34,9 +34,6 @@ from django.db import connections
 from django_tasks_coord import db, executions
 from django_tasks_coord.conf import app_settings
 from django_tasks_coord.models import Task
-from django_tasks_coord.node.wakeup import listen_params, listen_supported
-
-logger = logging.getLogger(__name__)
 
 #: With LISTEN up, a waiting long-poll still checks this often (belt and braces).
 SAFETY_INTERVAL = 10.0
@@ -57,12 +54,24 @@ async def run_db[T](func: Callable[..., T], *args: Any) -> T:
 
 
 class _Hub:
-    """The waiters of one event loop by topic, and (PostgreSQL) the LISTEN connection waking them."""
+    """The waiters of one event loop by topic, and (PostgreSQL) the LISTEN connection waking them.
+
+    The connection follows the package's one LISTEN policy (:class:`~django_tasks_coord.db.Listening`):
+    reconnected with the back-off of a node's loops while waiters are left, closed
+    :data:`LINGER` seconds after the last one left.
+    """
 
     def __init__(self) -> None:
         self.waiters: dict[str, set[asyncio.Event]] = defaultdict(set)
-        self.listening = False
+        self._listening = db.Listening(
+            "Long-poll LISTEN (waiting long-polls check every LONG_POLL_INTERVAL meanwhile)"
+        )
         self._listener: asyncio.Task[None] | None = None
+
+    @property
+    def listening(self) -> bool:
+        """Whether notifications arrive now (else waiters check every ``LONG_POLL_INTERVAL``)."""
+        return self._listening.up.is_set()
 
     def subscribe(self, topics: Sequence[str]) -> asyncio.Event:
         event = asyncio.Event()
@@ -71,7 +80,7 @@ class _Hub:
         if (
             (self._listener is None or self._listener.done())
             and app_settings.LISTEN_NOTIFY
-            and listen_supported(db.alias())
+            and db.supports_listen(db.alias())
         ):
             self._listener = asyncio.get_running_loop().create_task(self._listen())
         return event
@@ -89,33 +98,21 @@ class _Hub:
             event.set()
 
     async def _listen(self) -> None:
-        import psycopg
+        await self._listening.arun(self._serve, stopped=lambda: not self.waiters)
 
-        params = listen_params(db.alias())
+    async def _serve(self, conn: Any) -> None:
+        """Wake the waiters of each notification's topic until :data:`LINGER` seconds without any."""
         loop = asyncio.get_running_loop()
-        backoff = 0.5
         idle_since: float | None = None
         while True:
-            try:
-                async with await psycopg.AsyncConnection.connect(**params, autocommit=True) as conn:
-                    await conn.execute(f"LISTEN {db.NOTIFY_CHANNEL}")
-                    self.listening, backoff = True, 0.5
-                    while True:
-                        async for notification in conn.notifies(timeout=1.0):
-                            self.wake(notification.payload)
-                        if self.waiters:
-                            idle_since = None
-                        elif idle_since is None:
-                            idle_since = loop.time()
-                        elif loop.time() - idle_since > LINGER:
-                            return
-            except Exception as exc:  # noqa: BLE001 - reconnect; waiters poll meanwhile
-                logger.warning("Long-poll LISTEN connection failed (%s); polling meanwhile.", exc)
-                self.listening = False
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 10.0)
-            finally:
-                self.listening = False
+            async for notification in conn.notifies(timeout=1.0):
+                self.wake(notification.payload)
+            if self.waiters:
+                idle_since = None
+            elif idle_since is None:
+                idle_since = loop.time()
+            elif loop.time() - idle_since > LINGER:
+                return
 
 
 _hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Hub] = weakref.WeakKeyDictionary()

@@ -14,9 +14,11 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.core import checks
 from django.db import DEFAULT_DB_ALIAS, transaction
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
 from django_tasks_coord import queue, topics
 from django_tasks_coord.backends.compat import (
@@ -26,6 +28,7 @@ from django_tasks_coord.backends.compat import (
     TaskResult,
     TaskResultDoesNotExist,
     TaskResultStatus,
+    task_backends,
     task_enqueued,
 )
 from django_tasks_coord.backends.results import to_result
@@ -36,6 +39,7 @@ from django_tasks_coord.exceptions import ConfigurationError, InvalidArgumentErr
 from django_tasks_coord.models import Task as TaskRow
 from django_tasks_coord.models import Topic
 from django_tasks_coord.retry import DEFAULT_RETRY, RetryPolicy
+from django_tasks_coord.timers import parse
 from django_tasks_coord.topics import registering
 
 #: Topic names this app uses for itself; no Django queue may take them.
@@ -149,8 +153,6 @@ class DatabaseBackend(BaseTaskBackend):
             _seconds(task.timeout, "timeout")
             Insertion.coerce(task.insertion, "insertion")
             if task.timer is not None:
-                from django_tasks_coord.timers import parse
-
                 parse(task.timer, tz=(task.timer_options or {}).get("tz"))
         except (InvalidArgumentError, TimerError, TypeError) as exc:
             raise InvalidTask(f"Task {task.module_path}: {exc}") from exc
@@ -338,11 +340,6 @@ def coord_backends() -> list[DatabaseBackend]:
 
     Other backends are not instantiated (a misconfigured one must not stop a node).
     """
-    from django.conf import settings
-    from django.utils.module_loading import import_string
-
-    from django_tasks_coord.backends.compat import task_backends
-
     found = []
     for alias, params in (getattr(settings, "TASKS", None) or {}).items():
         try:

@@ -9,7 +9,7 @@ declared jobs (a declaration no node imports is disabled).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from django.utils.module_loading import import_string
 
@@ -22,6 +22,17 @@ if TYPE_CHECKING:
     from django_tasks_coord.scheduling.runner import JobContext
 
 
+@runtime_checkable
+class EnqueuesAs(Protocol):
+    """A backend that enqueues under a result id of the caller's choosing: this app's
+    ``DatabaseBackend``. (A protocol rather than the class: the backend module imports
+    the task class, which imports this module.)"""
+
+    def enqueue_as(
+        self, task: Any, args: Any, kwargs: Any, *, identifier: str | None = None
+    ) -> Any: ...
+
+
 def declare(task: CoordTask) -> None:
     """Declare the job that enqueues ``task`` on its timer (idempotent)."""
     options: dict[str, Any] = dict(task.timer_options or {})
@@ -32,8 +43,6 @@ def declare(task: CoordTask) -> None:
 
 def fire(ctx: JobContext, task_path: str) -> None:
     """The job of a periodic task: enqueue it once for the slot ``ctx.slot``."""
-    from django_tasks_coord.backends.backend import DatabaseBackend
-
     task = import_string(task_path)
     backend = task.get_backend()
     identifier = f"{task_path}@{ctx.slot.isoformat()}" if ctx.slot is not None else None
@@ -44,7 +53,7 @@ def fire(ctx: JobContext, task_path: str) -> None:
         if topic.filter(identifier=identifier).exists():
             ctx.logger.info("Slot %s of %s was enqueued already.", ctx.slot, task_path)
             return
-    if isinstance(backend, DatabaseBackend):
+    if isinstance(backend, EnqueuesAs):  # this app's DatabaseBackend (or a subclass)
         backend.enqueue_as(task, [], {}, identifier=identifier)
     else:
         task.enqueue()

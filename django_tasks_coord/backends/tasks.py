@@ -20,6 +20,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django_tasks_coord.backends.compat import Task
+from django_tasks_coord.backends.periodic import declare
+from django_tasks_coord.backends.worker import DJANGO_TASK_TYPE
+from django_tasks_coord.handlers import TaskType
 from django_tasks_coord.retry import RetryPolicy
 
 #: ``unique_key``: a fixed key, or a callable that gets the call's arguments and returns the key.
@@ -58,8 +61,6 @@ class CoordTask(Task):  # type: ignore[type-arg]
         # Explicit base call: zero-argument super() does not work in slotted dataclasses.
         Task.__post_init__(self)
         if self.timer is not None:
-            from django_tasks_coord.backends.periodic import declare
-
             declare(self)
 
     def using(
@@ -83,8 +84,6 @@ class CoordTask(Task):  # type: ignore[type-arg]
         return replaced
 
     @property
-    def task_type(self) -> Any:
+    def task_type(self) -> TaskType:
         """The task type the node runs these tasks with (``handlers.Registry.named`` reads it)."""
-        from django_tasks_coord.backends.worker import DJANGO_TASK_TYPE
-
         return DJANGO_TASK_TYPE

@@ -35,15 +35,7 @@ class QueueStateCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         """One read of the database, as metric families."""
         read = state.read(self.using)
-        tasks = GaugeMetricFamily(
-            PREFIX + "tasks",
-            "Tasks per topic and state (exact up to 10,000 per topic and state, then the "
-            "planner's estimate).",
-            labels=["topic", "state"],
-        )
-        for (topic, name), n in sorted(read.tasks.items()):
-            tasks.add_metric([topic, name], n)
-        yield tasks
+        yield _tasks(read.tasks)
         yield _per_topic(
             "oldest_pending_seconds",
             "Seconds since the longest-waiting due pending task of the topic became due "
@@ -56,46 +48,63 @@ class QueueStateCollector(Collector):
             "Nodes (owners) whose heartbeat is younger than LIVENESS_INTERVAL.",
             value=read.nodes,
         )
-        term = GaugeMetricFamily(
-            PREFIX + "leader_term",
-            "The term of the coordination group's token (0: never held).",
-            labels=["group"],
-        )
-        leader = GaugeMetricFamily(
-            PREFIX + "leader",
-            "1 if the group's token holder (label node; empty: nobody) is alive, else 0.",
-            labels=["group", "node"],
-        )
-        for row in read.leaders:
-            term.add_metric([row.group], row.term)
-            leader.add_metric([row.group, row.holder], 1.0 if row.alive else 0.0)
-        yield term
-        yield leader
-        success = GaugeMetricFamily(
-            PREFIX + "job_last_success_timestamp_seconds",
-            "When the job's last successful run finished (Unix time; absent: never).",
-            labels=["job"],
-        )
-        next_slot = GaugeMetricFamily(
-            PREFIX + "job_next_slot_timestamp_seconds",
-            "The job's next slot (Unix time; absent: none scheduled).",
-            labels=["job"],
-        )
-        missed = CounterMetricFamily(
-            PREFIX + "job_missed_slots",
-            "Due slots of the job that never ran (missed and not caught up, or skipped "
-            "while its previous run was still going).",
-            labels=["job"],
-        )
-        for job in read.jobs:
-            if job.last_success is not None:
-                success.add_metric([job.id], job.last_success.timestamp())
-            if job.next_slot is not None:
-                next_slot.add_metric([job.id], job.next_slot.timestamp())
-            missed.add_metric([job.id], job.missed_slots)
-        yield success
-        yield next_slot
-        yield missed
+        yield from _leaders(read.leaders)
+        yield from _jobs(read.jobs)
+
+
+def _tasks(counts: dict[tuple[str, str], int]) -> GaugeMetricFamily:
+    tasks = GaugeMetricFamily(
+        PREFIX + "tasks",
+        "Tasks per topic and state (exact up to 10,000 per topic and state, then the "
+        "planner's estimate).",
+        labels=["topic", "state"],
+    )
+    for (topic, name), n in sorted(counts.items()):
+        tasks.add_metric([topic, name], n)
+    return tasks
+
+
+def _leaders(leaders: list[state.Leader]) -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
+    term = GaugeMetricFamily(
+        PREFIX + "leader_term",
+        "The term of the coordination group's token (0: never held).",
+        labels=["group"],
+    )
+    leader = GaugeMetricFamily(
+        PREFIX + "leader",
+        "1 if the group's token holder (label node; empty: nobody) is alive, else 0.",
+        labels=["group", "node"],
+    )
+    for row in leaders:
+        term.add_metric([row.group], row.term)
+        leader.add_metric([row.group, row.holder], 1.0 if row.alive else 0.0)
+    return term, leader
+
+
+def _jobs(jobs: list[state.Job]) -> tuple[Metric, Metric, Metric]:
+    success = GaugeMetricFamily(
+        PREFIX + "job_last_success_timestamp_seconds",
+        "When the job's last successful run finished (Unix time; absent: never).",
+        labels=["job"],
+    )
+    next_slot = GaugeMetricFamily(
+        PREFIX + "job_next_slot_timestamp_seconds",
+        "The job's next slot (Unix time; absent: none scheduled).",
+        labels=["job"],
+    )
+    missed = CounterMetricFamily(
+        PREFIX + "job_missed_slots",
+        "Due slots of the job that never ran (missed and not caught up, or skipped "
+        "while its previous run was still going).",
+        labels=["job"],
+    )
+    for job in jobs:
+        if job.last_success is not None:
+            success.add_metric([job.id], job.last_success.timestamp())
+        if job.next_slot is not None:
+            next_slot.add_metric([job.id], job.next_slot.timestamp())
+        missed.add_metric([job.id], job.missed_slots)
+    return success, next_slot, missed
 
 
 def _per_topic(

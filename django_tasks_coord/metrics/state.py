@@ -44,6 +44,7 @@ from django_tasks_coord import db
 from django_tasks_coord.conf import app_settings
 from django_tasks_coord.enums import TaskState
 from django_tasks_coord.models import HealthCheck, Owner, PeriodicTask, Task, TokenHolder, Topic
+from django_tasks_coord.scheduling.runner import GROUP_TOPIC_PREFIX, JOBS_TOPIC
 
 #: A topic's count in one state is exact up to this many tasks, an estimate above.
 EXACT_BELOW = 10_000
@@ -118,7 +119,7 @@ def task_counts(
     and the pairs whose count is an estimate (see the module's docstring)."""
     conn = connections[using]
     counts = {(topic, state_name(state)): 0 for topic in topics for state in TaskState}
-    if conn.vendor not in ("postgresql", "mysql"):  # no estimates to fall back on: exact
+    if not db.has_row_estimates(conn):  # no estimates to fall back on: exact
         rows = (
             Task.objects.using(using)
             .filter(topic_id__in=topics)
@@ -213,8 +214,6 @@ def leaders(using: str) -> list[Leader]:
 
 def _run_topic() -> Case:
     """The topic of a job's runs (``OuterRef``: the job), as ``scheduler.run_topic`` says."""
-    from django_tasks_coord.scheduling.runner import GROUP_TOPIC_PREFIX, JOBS_TOPIC
-
     return Case(
         When(
             leader_only=True,

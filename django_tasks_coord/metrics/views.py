@@ -24,6 +24,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
+from django_tasks_coord.api.auth import AuthenticationFailed, authenticate
 from django_tasks_coord.conf import app_settings
 from django_tasks_coord.metrics import require
 
@@ -44,8 +45,6 @@ def _refusal(request: HttpRequest) -> HttpResponse | None:
         return None
     header = request.headers.get("Authorization")
     if header:
-        from django_tasks_coord.api.auth import AuthenticationFailed, authenticate
-
         try:
             user = authenticate(header)
         except AuthenticationFailed as exc:

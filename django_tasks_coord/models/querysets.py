@@ -13,7 +13,7 @@ from django.db.models.functions import Now
 from django.db.models.lookups import Exact, In
 from django.db.models.sql.compiler import SQLCompiler
 
-from django_tasks_coord import tracing
+from django_tasks_coord import db, tracing
 from django_tasks_coord.enums import COMPLETED_MAX, COMPLETED_MIN, IN_FLIGHT, TaskState
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ class _UnfinishedIdentifier(models.Lookup):
     def process_lhs(
         self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, lhs: Any = None
     ) -> tuple[str, Any]:
-        if lhs is None and connection.vendor == "mysql":
+        if lhs is None and db.uses_virtual_columns(connection):
             return self._column(compiler, connection, UNFINISHED_IDENTIFIER), []
         return super().process_lhs(compiler, connection, lhs)
 
@@ -101,7 +101,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
         """
         tasks = list(tasks)
         keys = [task.pk for task in tasks]
-        if connections[self.db].vendor == "mysql":
+        if not db.topic_in_key_lookups(connections[self.db]):
             # One table there, so the topic buys nothing; worse, with it MySQL may walk an
             # index of the topic's rows instead of looking these up by key, and then wait on
             # a row another transaction holds (one SKIP LOCKED left out of ``tasks``).

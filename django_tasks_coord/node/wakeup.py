@@ -1,4 +1,7 @@
-"""Waking a sleeping node: PostgreSQL LISTEN/NOTIFY, or plain timeouts elsewhere."""
+"""Waking a sleeping node: PostgreSQL LISTEN/NOTIFY, or plain timeouts elsewhere.
+
+The LISTEN connection itself (connect, back-off, reconnect) is :mod:`django_tasks_coord.db.listen`'s.
+"""
 
 from __future__ import annotations
 
@@ -10,22 +13,23 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from django.db import connections
-
-from django_tasks_coord.db import NOTIFY_CHANNEL, Reconnect
+from django_tasks_coord.db import NOTIFY_CHANNEL, Listening, listen_params, supports_listen
 
 logger = logging.getLogger(__name__)
+
+__all__ = ["Listener", "StopEvent", "WakeEvent", "listen_params", "listen_supported"]
 
 
 class Listener(threading.Thread):
     """Listens on PostgreSQL's ``tasks_coord`` channel and calls ``wake(topic)`` for each notification.
 
-    It uses a connection of its own (autocommit), opened with the same parameters as
-    the app's database alias. If the connection breaks it reconnects with the back-off
-    of every loop of a node (:class:`~django_tasks_coord.db.Reconnect`); meanwhile the
-    node polls every ``POLL_INTERVAL``, so work is only later, never lost. It sleeps on its
-    connection's socket and on a socket pair that a stop request writes to, so it ends at
-    once when the node stops.
+    Its connection follows the one LISTEN policy of the package
+    (:class:`~django_tasks_coord.db.Listening`): a connection of its own (autocommit),
+    opened with the same parameters as the app's database alias, reconnected with the
+    back-off of every loop of a node when it breaks; meanwhile the node polls every
+    ``POLL_INTERVAL``, so work is only later, never lost. :attr:`listening` is set while
+    notifications arrive. It sleeps on its connection's socket and on a socket pair that
+    a stop request writes to, so it ends at once when the node stops.
     """
 
     def __init__(self, alias: str, wake: Callable[[str], None], stopping: StopEvent) -> None:
@@ -33,7 +37,10 @@ class Listener(threading.Thread):
         self.alias = alias
         self.wake = wake
         self.stopping = stopping
-        self.listening = threading.Event()
+        self._policy = Listening(
+            "LISTEN (the node polls every POLL_INTERVAL meanwhile)", using=alias
+        )
+        self.listening = self._policy.up
         self._interrupt_r, self._interrupt_w = socket.socketpair()
         self._interrupt_w.setblocking(False)
         stopping.on_set(self._interrupt)
@@ -46,49 +53,26 @@ class Listener(threading.Thread):
         """Block until the LISTEN connection has input or the node stops."""
         select.select([conn.fileno(), self._interrupt_r], [], [])
 
-    def run(self) -> None:
-        import psycopg
-
-        reconnect = Reconnect("LISTEN (the node polls every POLL_INTERVAL meanwhile)")
-        params = listen_params(self.alias)
+    def _serve(self, conn: Any) -> None:
+        """Wake the node for each notification until it stops."""
+        logger.debug("Listening for notifications on %r.", NOTIFY_CHANNEL)
         while not self.stopping.is_set():
-            try:
-                with psycopg.connect(**params, autocommit=True) as conn:
-                    conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
-                    self.listening.set()
-                    reconnect.succeeded()
-                    logger.debug("Listening for notifications on %r.", NOTIFY_CHANNEL)
-                    while not self.stopping.is_set():
-                        for notification in conn.notifies(timeout=0):  # what has arrived
-                            self.wake(notification.payload)
-                        self._sleep(conn)
-            except Exception as exc:  # noqa: BLE001 - reconnect on any failure
-                self.listening.clear()
-                self.stopping.wait(reconnect.failed(exc))
-        self.listening.clear()
-        self.stopping.remove(self._interrupt)
-        self._interrupt_r.close()
-        self._interrupt_w.close()
+            for notification in conn.notifies(timeout=0):  # what has arrived
+                self.wake(notification.payload)
+            self._sleep(conn)
+
+    def run(self) -> None:
+        try:
+            self._policy.run(self._serve, stopped=self.stopping.is_set, wait=self.stopping.wait)
+        finally:
+            self.stopping.remove(self._interrupt)
+            self._interrupt_r.close()
+            self._interrupt_w.close()
 
 
-def listen_params(alias: str) -> dict[str, Any]:
-    """Arguments for ``psycopg.connect`` to the database behind ``alias``, for a LISTEN connection
-    of its own (Django's cursor factory and adaptation context left out)."""
-    params = connections[alias].get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("context", None)
-    return params
-
-
-def listen_supported(alias: str) -> bool:
-    """Whether the database behind ``alias`` can wake nodes (PostgreSQL with psycopg 3)."""
-    if connections[alias].vendor != "postgresql":
-        return False
-    try:
-        import psycopg  # noqa: F401
-    except ImportError:
-        return False
-    return True
+#: Whether the database behind an alias can wake nodes (PostgreSQL with psycopg 3); the
+#: node's name for :func:`django_tasks_coord.db.supports_listen`.
+listen_supported = supports_listen
 
 
 class StopEvent(threading.Event):

@@ -101,7 +101,7 @@ def test_outcomes_whose_connection_broke_are_written_again_once(
 ):
     update = LosesConnection(Writer._update, commit=commit)
     monkeypatch.setattr(Writer, "_update", lambda *args: update(*args))
-    monkeypatch.setattr(db, "RECONNECT_DELAY", 0.01)
+    monkeypatch.setattr(db.reconnect, "RECONNECT_DELAY", 0.01)
     writes = [writer.submit(task, outcome(i)) for i, task in enumerate(claimed)]
     assert [write.wait() for write in writes] == [True, True, True]  # not None: "failed"
     assert update.calls == 2

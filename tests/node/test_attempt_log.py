@@ -65,7 +65,7 @@ def test_an_attempt_log_write_that_lost_its_connection_is_written_again(
         return real_update(self, **fields)
 
     monkeypatch.setattr(QuerySet, "update", update)
-    monkeypatch.setattr(db, "RECONNECT_DELAY", 0.01)
+    monkeypatch.setattr(db.reconnect, "RECONNECT_DELAY", 0.01)
     handlers.register(
         "work",
         handlers.registry.consumers()["work"].func,

@@ -197,7 +197,7 @@ def test_completions_that_failed_for_a_lost_connection_are_written_once(
 ):
     flaky = Flaky(queue.complete_many, 2, commit=commit)
     monkeypatch.setattr(queue, "complete_many", flaky)
-    monkeypatch.setattr(db, "RECONNECT_DELAY", 0.01)
+    monkeypatch.setattr(db.reconnect, "RECONNECT_DELAY", 0.01)
     completed = []
 
     def on_completed(sender, task, **kwargs):
@@ -217,7 +217,7 @@ def test_completions_that_failed_for_a_lost_connection_are_written_once(
 
 
 def test_a_node_declared_dead_gives_its_completions_up(make_node, work_topic, monkeypatch):
-    monkeypatch.setattr(db, "RECONNECT_DELAY", 0.01)
+    monkeypatch.setattr(db.reconnect, "RECONNECT_DELAY", 0.01)
     node = make_node()
     attempts = []
 
@@ -239,7 +239,7 @@ def test_a_failed_attempt_whose_retry_could_not_be_read_is_retried_not_stuck(
 ):
     from django_tasks_coord.handlers import TaskType
 
-    monkeypatch.setattr(db, "RECONNECT_DELAY", 0.01)
+    monkeypatch.setattr(db.reconnect, "RECONNECT_DELAY", 0.01)
     real = TaskType.retry_at
     calls = []
 

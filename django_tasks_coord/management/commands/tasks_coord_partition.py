@@ -48,7 +48,7 @@ class Command(BaseCommand):
         connection = connections[db.alias()]
         if not partitions.supported(connection):
             raise CommandError(
-                f"The task table is partitioned on PostgreSQL only; {connection.vendor} keeps "
+                f"The task table is partitioned on PostgreSQL only; {connection.display_name} keeps "
                 "one table (see docs/howto/production.md)."
             )
         if batch_size < 1:

@@ -1,0 +1,93 @@
+"""The database seam: everything that differs between PostgreSQL, MySQL/MariaDB and SQLite.
+
+The rest of the package talks to the database through Django's ORM and these helpers;
+none of it branches on ``connection.vendor`` (only :mod:`.vendor` does, and the
+migration that adds MySQL's virtual column). Each helper says why it exists.
+
+- :mod:`.transactions`: the app's alias, write transactions (SQLite's write lock taken
+  first), row locks for claims, the database clock.
+- :mod:`.vendor`: capabilities and quirks: row estimates, lock windows, ``LISTEN``
+  support, SQLite's single write lock, MySQL's virtual columns, partitioning.
+- :mod:`.reconnect`: recognizing a lost connection; the back-off every loop uses.
+- :mod:`.notifications`: ``NOTIFY`` (PostgreSQL), this process's listeners elsewhere.
+- :mod:`.listen`: the one LISTEN connection policy of the node and the long-polls.
+- :mod:`.indexes`: :class:`PartialStateIndex` (``PendingIndex`` in old migrations).
+
+Everything is importable from here (``from django_tasks_coord import db``; ``db.alias()``).
+"""
+
+from __future__ import annotations
+
+from django_tasks_coord.db.indexes import PartialStateIndex, PendingIndex
+from django_tasks_coord.db.listen import Listening, listen_params
+from django_tasks_coord.db.notifications import (
+    NOTIFY_CHANNEL,
+    add_local_listener,
+    notify,
+    remove_local_listener,
+)
+from django_tasks_coord.db.reconnect import (
+    RECONNECT_DELAY,
+    RECONNECT_MAX_DELAY,
+    Backoff,
+    Reconnect,
+    connection_lost,
+    reset_connection,
+    retry_while_lost,
+)
+from django_tasks_coord.db.transactions import (
+    ago,
+    alias,
+    connection,
+    lock_kwargs,
+    serialize_claims,
+    write_transaction,
+)
+from django_tasks_coord.db.vendor import (
+    has_notify,
+    has_row_estimates,
+    locks_whole_database,
+    planner_rows,
+    reset_lock_window,
+    set_lock_window,
+    supports_listen,
+    supports_partitioning,
+    table_rows,
+    topic_in_key_lookups,
+    uses_virtual_columns,
+)
+
+__all__ = [
+    "NOTIFY_CHANNEL",
+    "RECONNECT_DELAY",
+    "RECONNECT_MAX_DELAY",
+    "Backoff",
+    "Listening",
+    "PartialStateIndex",
+    "PendingIndex",
+    "Reconnect",
+    "add_local_listener",
+    "ago",
+    "alias",
+    "connection",
+    "connection_lost",
+    "has_notify",
+    "has_row_estimates",
+    "listen_params",
+    "lock_kwargs",
+    "locks_whole_database",
+    "notify",
+    "planner_rows",
+    "remove_local_listener",
+    "reset_connection",
+    "reset_lock_window",
+    "retry_while_lost",
+    "serialize_claims",
+    "set_lock_window",
+    "supports_listen",
+    "supports_partitioning",
+    "table_rows",
+    "topic_in_key_lookups",
+    "uses_virtual_columns",
+    "write_transaction",
+]

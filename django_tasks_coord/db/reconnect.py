@@ -1,0 +1,221 @@
+"""Surviving a lost database connection: recognize it, close it, back off, try again.
+
+Every loop of a node, the LISTEN connections (:mod:`~django_tasks_coord.db.listen`) and
+the django.tasks writer go through here, so an outage costs each of them the same
+waits and the same two log lines (logger ``django_tasks_coord.db``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from django.db import InterfaceError, OperationalError, connections
+
+from django_tasks_coord.db.transactions import alias
+
+#: The documented logger of outages (docs/reference/logging.md), whichever module of
+#: :mod:`django_tasks_coord.db` reports them.
+logger = logging.getLogger("django_tasks_coord.db")
+
+
+#: Seconds a loop waits after its database connection broke, doubled after each failed
+#: retry up to :data:`RECONNECT_MAX_DELAY` (see :class:`Reconnect`).
+RECONNECT_DELAY = 0.25
+#: The longest wait between two reconnection attempts: a node notices that the database is
+#: back within this many seconds.
+RECONNECT_MAX_DELAY = 2.0
+
+#: MySQL/MariaDB client and server error codes that mean the connection is gone: can't
+#: connect (2002, 2003), server has gone away (2006), lost connection (2013, 2055), the
+#: connection was killed (1927) or timed out idle (4031), server shutting down (1053).
+_MYSQL_LOST_CODES = frozenset({1053, 1927, 2002, 2003, 2006, 2013, 2055, 4031})
+#: PostgreSQL SQLSTATEs that mean the same: class 08 (connection exception), the server
+#: shutting down (57P01 admin, 57P02 crash) or not accepting connections yet (57P03).
+_PG_LOST_STATES = ("08", "57P01", "57P02", "57P03")
+#: Messages of driver errors that carry no code (psycopg once its connection is broken).
+_LOST_PHRASES = (
+    "connection is lost",
+    "connection is closed",
+    "connection already closed",
+    "server closed the connection",
+    "terminating connection",
+    "consuming input failed",
+    "no connection to the server",
+    "could not connect",
+    "connection refused",
+    "connection reset",
+    "lost connection",
+    "gone away",
+    "broken pipe",
+    "the database system is",
+)
+
+
+def _kinds(error: BaseException) -> set[str]:
+    return {klass.__name__ for klass in type(error).__mro__}
+
+
+def connection_lost(error: BaseException) -> bool:
+    """Whether ``error`` means that the database connection broke, not that a statement failed.
+
+    True for the errors of a restarted or unreachable server, of a connection the server
+    terminated (``pg_terminate_backend``, ``KILL CONNECTION``) and of any later use of
+    such a connection: Django's ``InterfaceError``, and ``OperationalError`` errors whose
+    PostgreSQL SQLSTATE, MySQL/MariaDB error code or message says so. Driver errors
+    (psycopg, MySQLdb) are recognized too, and so are errors chained to one
+    (``__cause__``). A deadlock, a lock timeout or SQLite's "database is locked" are not.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        kinds = _kinds(current)
+        if isinstance(current, InterfaceError) or "InterfaceError" in kinds:
+            return True
+        if isinstance(current, OperationalError) or "OperationalError" in kinds:
+            state = str(getattr(current, "sqlstate", None) or getattr(current, "pgcode", "") or "")
+            if state and state.startswith(_PG_LOST_STATES):
+                return True
+            code = current.args[0] if current.args else None
+            if isinstance(code, int) and code in _MYSQL_LOST_CODES:
+                return True
+            if any(phrase in str(current).lower() for phrase in _LOST_PHRASES):
+                return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def reset_connection(using: str | None = None) -> None:
+    """Close this thread's connection to ``using`` (default :func:`alias`), whatever its state.
+
+    The next query opens a new one. Django never does this by itself outside a request:
+    a thread that keeps a broken connection fails every query from then on. Inside an
+    atomic block Django marks the block for rollback and the connection is dropped
+    when the block exits. Errors while closing a dead connection are ignored.
+    """
+    conn = connections[using or alias()]
+    try:
+        conn.close()
+    except Exception:  # the connection is dead anyway
+        logger.debug("Closing a broken connection failed.", exc_info=True)
+        if not conn.in_atomic_block:
+            conn.connection = None
+
+
+class Backoff:
+    """The waits of one loop through an outage, and the two log lines it costs.
+
+    :meth:`failed` returns how long to wait before trying again: ``first``
+    (:data:`RECONNECT_DELAY`), doubled after each further failure up to ``cap``
+    (:data:`RECONNECT_MAX_DELAY`); :meth:`succeeded` resets it. The first failure of an
+    outage is logged as a WARNING, the others at DEBUG, and the end of the outage at
+    INFO, so an outage costs each loop two log lines, not one per try. For a
+    connection of the loop's own (LISTEN); a loop on Django's connection uses
+    :class:`Reconnect`.
+    """
+
+    def __init__(self, what: str, *, first: float | None = None, cap: float | None = None) -> None:
+        self.what = what
+        self.first = RECONNECT_DELAY if first is None else first
+        self.cap = max(RECONNECT_MAX_DELAY if cap is None else cap, self.first)
+        self.failures = 0
+        self._since = 0.0
+
+    @property
+    def delay(self) -> float:
+        """Seconds to wait after the latest failure."""
+        if not self.failures:
+            return 0.0
+        return min(self.first * 2.0 ** (self.failures - 1), self.cap)
+
+    def failed(self, error: BaseException) -> float:
+        """One more failure: return the seconds to wait before retrying."""
+        self.failures += 1
+        lost = connection_lost(error)
+        if self.failures == 1:
+            self._since = time.monotonic()
+            logger.warning(
+                "%s: %s (%s); retrying in %ss.",
+                self.what,
+                "the database connection was lost" if lost else "a database error",
+                error,
+                self.delay,
+            )
+        else:
+            logger.debug("%s: still failing (%s); retrying in %ss.", self.what, error, self.delay)
+        return self.delay
+
+    def succeeded(self) -> None:
+        """The loop reached the database again."""
+        if self.failures:
+            logger.info(
+                "%s: the database answers again (after %s failed attempt(s), %.1fs).",
+                self.what,
+                self.failures,
+                time.monotonic() - self._since,
+            )
+        self.failures = 0
+
+
+class Reconnect(Backoff):
+    """The back-off of one loop on Django's connection to ``using``: close, wait, go on.
+
+    Like :class:`Backoff`, and :meth:`failed` first closes the thread's connection
+    (:func:`reset_connection`): Django never replaces a broken one outside a request.
+    """
+
+    def __init__(
+        self,
+        what: str,
+        *,
+        first: float | None = None,
+        cap: float | None = None,
+        using: str | None = None,
+    ) -> None:
+        super().__init__(what, first=first, cap=cap)
+        self.using = using
+
+    def failed(self, error: BaseException) -> float:
+        """One more failure: close the connection; return the seconds to wait before retrying."""
+        reset_connection(self.using)
+        return super().failed(error)
+
+
+def retry_while_lost[T](
+    call: Callable[[], T],
+    *,
+    what: str,
+    wait: Callable[[float], bool] | None = None,
+    using: str | None = None,
+) -> T:
+    """Return ``call()``, called again (after :class:`Reconnect`'s back-off) as long as it
+    fails because the database connection broke (:func:`connection_lost`).
+
+    ``wait(seconds)`` sleeps between tries and returns True to give up, in which case
+    the last error is raised; by default it sleeps and never gives up. Any other error
+    is raised at once. ``call`` must be safe to repeat: the retried writes of this
+    package are fenced by the claim they complete, so one that was committed before
+    the connection broke matches nothing the second time. Inside an atomic block nothing
+    is retried (the whole transaction is lost): the error is raised for the caller of the
+    outermost block to retry.
+    """
+    reconnect = Reconnect(what, using=using)
+    while True:
+        try:
+            result = call()
+        except Exception as exc:
+            if not connection_lost(exc) or connections[using or alias()].in_atomic_block:
+                raise
+            delay = reconnect.failed(exc)
+            if wait(delay) if wait is not None else _sleep(delay):
+                raise
+            continue
+        reconnect.succeeded()
+        return result
+
+
+def _sleep(seconds: float) -> bool:
+    time.sleep(seconds)  # a thread without a stop event backing off: nothing to wake it
+    return False

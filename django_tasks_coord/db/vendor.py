@@ -1,0 +1,179 @@
+"""What each database can do, and its quirks: the only module that looks at ``connection.vendor``.
+
+Callers ask a question named for what they need (:func:`supports_listen`,
+:func:`has_row_estimates`, :func:`locks_whole_database`...) and never branch on the
+vendor themselves. Each answer says which databases give it and why.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from datetime import timedelta
+from importlib.util import find_spec
+from typing import Any
+
+from django.db import DatabaseError, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+_POSTGRESQL, _MYSQL, _SQLITE = "postgresql", "mysql", "sqlite"
+
+
+def _is_mariadb(conn: BaseDatabaseWrapper) -> bool:
+    return conn.vendor == _MYSQL and bool(getattr(conn, "mysql_is_mariadb", False))
+
+
+# --- locking -------------------------------------------------------------------------------
+
+
+def locks_whole_database(conn: BaseDatabaseWrapper) -> bool:
+    """Whether the database has one write lock for everything instead of row locks (SQLite).
+
+    There claims are serialized (:func:`~django_tasks_coord.db.serialize_claims`), one
+    node is all it serves, and an ``OperationalError`` during a lock is its
+    "database is locked", never a ``NOWAIT`` refusal of a row another process holds.
+    """
+    return conn.vendor == _SQLITE
+
+
+def set_lock_window(conn: BaseDatabaseWrapper, limit: timedelta) -> None:
+    """Let the server end the current transaction if its process freezes in it for ``limit``.
+
+    For a transaction that locks a row others wait on (the token row): a process
+    stopped (SIGSTOP, a VM pause) while holding the lock would keep it; with this the
+    server rolls the frozen transaction back and the others go on. PostgreSQL:
+    ``idle_in_transaction_session_timeout`` (milliseconds, at least 100), local to the
+    transaction. MariaDB: ``idle_transaction_timeout`` (whole seconds, at least 1), a
+    session variable that :func:`reset_lock_window` sets back once the transaction is
+    over. MySQL and SQLite have no such setting: nothing happens there.
+    """
+    if conn.vendor == _POSTGRESQL:
+        milliseconds = max(int(limit.total_seconds() * 1000), 100)
+        with conn.cursor() as cursor:
+            cursor.execute(f"SET LOCAL idle_in_transaction_session_timeout = {milliseconds}")
+    elif _is_mariadb(conn):
+        seconds = max(math.ceil(limit.total_seconds()), 1)
+        with conn.cursor() as cursor:
+            cursor.execute(f"SET SESSION idle_transaction_timeout = {seconds}")
+
+
+def reset_lock_window(conn: BaseDatabaseWrapper) -> None:
+    """After a transaction that called :func:`set_lock_window`: MariaDB's session default back.
+
+    Nothing to do elsewhere (PostgreSQL's setting ended with the transaction), nor on a
+    closed connection; a session the server ended meanwhile is left alone.
+    """
+    if not _is_mariadb(conn) or conn.connection is None:
+        return
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute("SET SESSION idle_transaction_timeout = DEFAULT")
+    except DatabaseError:  # the server ended the session: nothing to reset
+        pass
+
+
+# --- notifications -------------------------------------------------------------------------
+
+
+def has_notify(conn: BaseDatabaseWrapper) -> bool:
+    """Whether ``NOTIFY`` can announce work to other processes, delivered at commit (PostgreSQL)."""
+    return conn.vendor == _POSTGRESQL
+
+
+def supports_listen(alias: str) -> bool:
+    """Whether a process can ``LISTEN`` for the notifications of the database behind ``alias``.
+
+    PostgreSQL, with psycopg 3 installed (the LISTEN connections of
+    :mod:`~django_tasks_coord.db.listen` use it whatever driver Django uses).
+    """
+    return has_notify(connections[alias]) and find_spec("psycopg") is not None
+
+
+# --- estimates -----------------------------------------------------------------------------
+
+
+def has_row_estimates(conn: BaseDatabaseWrapper) -> bool:
+    """Whether the planner can estimate a query's rows without running it (not SQLite).
+
+    Counts that must stay cheap on big tables (the admin's changelist, the metrics
+    view) fall back on exact counts where this is False.
+    """
+    return conn.vendor in (_POSTGRESQL, _MYSQL)
+
+
+def planner_rows(conn: BaseDatabaseWrapper, sql: str, params: Sequence[Any] = ()) -> int | None:
+    """The planner's estimate of the rows ``sql`` returns, without running it (``EXPLAIN``).
+
+    PostgreSQL from its statistics, MySQL/MariaDB from index dives or InnoDB's
+    statistics. None on SQLite, which keeps no estimate (:func:`has_row_estimates`).
+    """
+    with conn.cursor() as cursor:
+        if conn.vendor == _POSTGRESQL:
+            cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
+            plan = cursor.fetchone()[0]
+            if isinstance(plan, str):  # pragma: no cover - psycopg returns it parsed
+                plan = json.loads(plan)
+            return int(plan[0]["Plan"]["Plan Rows"])
+        if conn.vendor == _MYSQL:
+            cursor.execute(f"EXPLAIN {sql}", params)
+            names = [column[0].lower() for column in cursor.description]
+            rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+            return max((int(row["rows"] or 0) for row in rows), default=0)
+    return None
+
+
+def table_rows(conn: BaseDatabaseWrapper, table: str) -> int | None:
+    """The estimated number of rows of the whole ``table``, or None where there is none.
+
+    PostgreSQL: ``EXPLAIN`` of a full scan (``reltuples`` scaled to the table's current
+    size, as the planner does). MySQL/MariaDB: InnoDB's ``TABLE_ROWS`` estimate.
+    SQLite keeps no estimate.
+    """
+    if conn.vendor == _POSTGRESQL:
+        return planner_rows(conn, f"SELECT 1 FROM {conn.ops.quote_name(table)}")
+    if conn.vendor == _MYSQL:
+        with conn.cursor() as cursor:
+            cursor.execute(
+                "SELECT TABLE_ROWS FROM information_schema.TABLES "
+                "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s",
+                [table],
+            )
+            row = cursor.fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+    return None
+
+
+# --- the task table's shape ----------------------------------------------------------------
+
+
+def supports_partitioning(conn: BaseDatabaseWrapper) -> bool:
+    """Whether the task table can be partitioned by topic (PostgreSQL only).
+
+    InnoDB does not allow foreign keys on partitioned tables, and SQLite has no
+    partitions (see :mod:`django_tasks_coord.partitions`).
+    """
+    return conn.vendor == _POSTGRESQL
+
+
+def uses_virtual_columns(conn: BaseDatabaseWrapper) -> bool:
+    """Whether the task table carries generated columns in place of partial indexes.
+
+    MySQL/MariaDB have no partial indexes, so migration 0011 adds the virtual column
+    :data:`~django_tasks_coord.models.UNFINISHED_IDENTIFIER` there (and only there),
+    indexed instead; queries name it rather than the expression it stands for (MariaDB
+    never rewrites an expression into a generated column on its own).
+    """
+    return conn.vendor == _MYSQL
+
+
+def topic_in_key_lookups(conn: BaseDatabaseWrapper) -> bool:
+    """Whether a lookup of tasks by key should name their topics too.
+
+    Yes on PostgreSQL, where the topic lets the planner look only into those topics'
+    partitions (the table may be partitioned), and on SQLite, where it costs nothing.
+    Not on MySQL/MariaDB: one table there, so the topic buys nothing; worse, with it
+    MySQL may walk an index of the topic's rows instead of looking the keys up, and then
+    wait on a row another transaction holds (one ``SKIP LOCKED`` left out).
+    """
+    return conn.vendor != _MYSQL
