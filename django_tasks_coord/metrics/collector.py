@@ -56,46 +56,8 @@ class QueueStateCollector(Collector):
             "Nodes (owners) whose heartbeat is younger than LIVENESS_INTERVAL.",
             value=read.nodes,
         )
-        term = GaugeMetricFamily(
-            PREFIX + "leader_term",
-            "The term of the coordination group's token (0: never held).",
-            labels=["group"],
-        )
-        leader = GaugeMetricFamily(
-            PREFIX + "leader",
-            "1 if the group's token holder (label node; empty: nobody) is alive, else 0.",
-            labels=["group", "node"],
-        )
-        for row in read.leaders:
-            term.add_metric([row.group], row.term)
-            leader.add_metric([row.group, row.holder], 1.0 if row.alive else 0.0)
-        yield term
-        yield leader
-        success = GaugeMetricFamily(
-            PREFIX + "job_last_success_timestamp_seconds",
-            "When the job's last successful run finished (Unix time; absent: never).",
-            labels=["job"],
-        )
-        next_slot = GaugeMetricFamily(
-            PREFIX + "job_next_slot_timestamp_seconds",
-            "The job's next slot (Unix time; absent: none scheduled).",
-            labels=["job"],
-        )
-        missed = CounterMetricFamily(
-            PREFIX + "job_missed_slots",
-            "Due slots of the job that never ran (missed and not caught up, or skipped "
-            "while its previous run was still going).",
-            labels=["job"],
-        )
-        for job in read.jobs:
-            if job.last_success is not None:
-                success.add_metric([job.id], job.last_success.timestamp())
-            if job.next_slot is not None:
-                next_slot.add_metric([job.id], job.next_slot.timestamp())
-            missed.add_metric([job.id], job.missed_slots)
-        yield success
-        yield next_slot
-        yield missed
+        yield from _leader_families(read)
+        yield from _job_families(read)
 
 
 def _per_topic(
@@ -105,3 +67,51 @@ def _per_topic(
     for topic, value in sorted(values.items()):
         family.add_metric([topic], convert(value))
     return family
+
+
+def _leader_families(read: state.QueueState) -> Iterator[Metric]:
+    """The term and the liveness of each coordination group's leader."""
+    term = GaugeMetricFamily(
+        PREFIX + "leader_term",
+        "The term of the coordination group's token (0: never held).",
+        labels=["group"],
+    )
+    leader = GaugeMetricFamily(
+        PREFIX + "leader",
+        "1 if the group's token holder (label node; empty: nobody) is alive, else 0.",
+        labels=["group", "node"],
+    )
+    for row in read.leaders:
+        term.add_metric([row.group], row.term)
+        leader.add_metric([row.group, row.holder], 1.0 if row.alive else 0.0)
+    yield term
+    yield leader
+
+
+def _job_families(read: state.QueueState) -> Iterator[Metric]:
+    """Each job's last success, next slot and missed slots."""
+    success = GaugeMetricFamily(
+        PREFIX + "job_last_success_timestamp_seconds",
+        "When the job's last successful run finished (Unix time; absent: never).",
+        labels=["job"],
+    )
+    next_slot = GaugeMetricFamily(
+        PREFIX + "job_next_slot_timestamp_seconds",
+        "The job's next slot (Unix time; absent: none scheduled).",
+        labels=["job"],
+    )
+    missed = CounterMetricFamily(
+        PREFIX + "job_missed_slots",
+        "Due slots of the job that never ran (missed and not caught up, or skipped "
+        "while its previous run was still going).",
+        labels=["job"],
+    )
+    for job in read.jobs:
+        if job.last_success is not None:
+            success.add_metric([job.id], job.last_success.timestamp())
+        if job.next_slot is not None:
+            next_slot.add_metric([job.id], job.next_slot.timestamp())
+        missed.add_metric([job.id], job.missed_slots)
+    yield success
+    yield next_slot
+    yield missed
