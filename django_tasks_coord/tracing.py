@@ -34,6 +34,9 @@ try:
 except ImportError:  # the [otel] extra is not installed: tracing is off
     trace = None  # type: ignore[assignment]
 
+from django_tasks_coord import __version__
+from django_tasks_coord.enums import Result
+
 if TYPE_CHECKING:
     from django_tasks_coord.enums import Decision
     from django_tasks_coord.models import Task
@@ -63,8 +66,6 @@ def enabled() -> bool:
 
 
 def _tracer() -> Any:
-    from django_tasks_coord import __version__
-
     return trace.get_tracer("django_tasks_coord", __version__)
 
 
@@ -150,8 +151,6 @@ class _Run:
         """Mark the span failed if any task failed (its exception recorded)."""
         if self.span is None:
             return
-        from django_tasks_coord.enums import Result
-
         failures = [d for d in decisions if d.result is Result.FAILURE]
         for decision in failures:
             if decision.exception is not None:
