@@ -23,7 +23,12 @@ once breaking it. The rules (issue 19):
 - :func:`import_side_effects`: importing any module of the package, in a fresh
   interpreter after ``django.setup()``, registers nothing (handlers, declared jobs,
   observers, signal receivers, system checks, admin models), runs no SQL and starts
-  no thread, except the modules in :data:`DECLARING_MODULES`.
+  no thread, except the modules in :data:`DECLARING_MODULES`. What
+  ``AppConfig.ready()`` imports has run by then: a module it imports may register
+  at import (Django's idiom for receivers), any other may not.
+
+:func:`import_cycles` and :func:`function_imports` work together: a cycle hidden by
+moving one of its imports into a function is a function-level import.
 """
 
 from __future__ import annotations
