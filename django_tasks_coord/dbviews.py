@@ -22,6 +22,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_tasks_coord.conf import app_settings
 from django_tasks_coord.enums import TaskState
+from django_tasks_coord.models import Owner, Task
 
 #: The view's name.
 VIEW = "task_pretty"
@@ -40,8 +41,6 @@ def exists(connection: BaseDatabaseWrapper) -> bool:
 
 def definition(connection: BaseDatabaseWrapper) -> str:
     """The ``SELECT`` the view is made of, over the task table's current columns."""
-    from django_tasks_coord.models import Owner, Task
-
     quote = connection.ops.quote_name
     with connection.cursor() as cursor:
         columns = [
@@ -81,8 +80,6 @@ def drop(connection: BaseDatabaseWrapper) -> None:
 
 
 def _task_table_exists(connection: BaseDatabaseWrapper) -> bool:
-    from django_tasks_coord.models import Task
-
     with connection.cursor() as cursor:
         return Task._meta.db_table in connection.introspection.table_names(cursor)
 

@@ -32,13 +32,16 @@ import hashlib
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import Any
 
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from django_tasks_coord import db, dbviews
 from django_tasks_coord.conf import app_settings
 from django_tasks_coord.db.vendor import supports_partitioning
+from django_tasks_coord.models import Task, Topic
+from django_tasks_coord.pgcatalog import TableSchema, read_schema
 
 logger = logging.getLogger(__name__)
 
@@ -48,8 +51,6 @@ SEQUENCE_INDEX = "tasks_coord_sequence"
 
 def table() -> str:
     """The task table's name."""
-    from django_tasks_coord.models import Task
-
     return Task._meta.db_table
 
 
@@ -112,8 +113,6 @@ def ensure_partition(topic: str, using: str | None = None) -> bool:
     of ``CREATE TABLE ... PARTITION OF``. Tasks of the topic found in the default
     partition move into the new partition first.
     """
-    from django_tasks_coord import db
-
     connection = connections[using or db.alias()]
     if not supported(connection):
         return False
@@ -168,8 +167,6 @@ def _attached(cursor: object, name: str) -> bool:
 
 def orphans(connection: BaseDatabaseWrapper) -> list[str]:
     """Partitions of topics that no longer exist (left behind when a topic is deleted)."""
-    from django_tasks_coord.models import Topic
-
     names = {
         partition_name(t)
         for t in Topic.objects.using(connection.alias).values_list("pk", flat=True)
@@ -203,50 +200,6 @@ def drop_orphans(connection: BaseDatabaseWrapper) -> list[str]:
 # --- converting the table -------------------------------------------------------------------
 
 
-@dataclass
-class _Schema:
-    """What the task table is made of, read from the catalog, to rebuild it under another shape."""
-
-    columns: list[str]
-    primary_key: str
-    indexes: dict[str, str]  # name -> CREATE INDEX statement (not backing a constraint)
-    unique: dict[str, str]  # constraint name -> definition (UNIQUE (...)), primary key excluded
-    foreign: dict[str, str]  # constraint name -> definition (FOREIGN KEY ...)
-
-
-def _schema(cursor: object, name: str) -> _Schema:
-    execute = cursor.execute  # type: ignore[attr-defined]
-    fetch = cursor.fetchall  # type: ignore[attr-defined]
-    execute(
-        "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 "
-        "AND NOT attisdropped ORDER BY attnum",
-        [name],
-    )
-    columns = [row[0] for row in fetch()]
-    execute(
-        "SELECT c.relname, pg_get_indexdef(i.indexrelid) FROM pg_index i "
-        "JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = to_regclass(%s) "
-        "AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = i.indexrelid "
-        "AND k.conrelid = i.indrelid)",
-        [name],
-    )
-    indexes = dict(fetch())
-    execute(
-        "SELECT conname, contype, pg_get_constraintdef(oid) FROM pg_constraint "
-        "WHERE conrelid = to_regclass(%s) AND contype IN ('u', 'f')",
-        [name],
-    )
-    unique: dict[str, str] = {}
-    foreign: dict[str, str] = {}
-    for conname, contype, definition in fetch():
-        (unique if contype == "u" else foreign)[conname] = definition
-    execute(
-        "SELECT conname FROM pg_constraint WHERE conrelid = to_regclass(%s) AND contype = 'p'",
-        [name],
-    )
-    return _Schema(columns, fetch()[0][0], indexes, unique, foreign)
-
-
 def _temporary(name: str, tag: str) -> str:
     return f"tc{tag}_{hashlib.sha256(name.encode()).hexdigest()[:24]}"
 
@@ -278,28 +231,60 @@ def convert(
 
     Must not run inside a transaction (the batches commit one by one).
     """
-    from django_tasks_coord import db, dbviews
-
     connection = connections[using or db.alias()]
     if not supported(connection):
         raise NotImplementedError("Only PostgreSQL's task table can be partitioned.")
     if is_partitioned(connection) == partitioned:
         return False
     say = progress or (lambda message: None)
-    quote = connection.ops.quote_name
-    old, new = table(), f"{table()}_new"
-    trigger_function = f"{table()}_mirror"
-
     with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
-        schema = _schema(cursor, old)
-        retired = f"{old}_old"
-        cursor.execute(f"DROP TABLE IF EXISTS {quote(new)}, {quote(retired)} CASCADE")
-        shape = " PARTITION BY LIST (topic_id)" if partitioned else ""
+        conversion = _Conversion(connection, partitioned, read_schema(cursor, table()))
+        conversion.create_new_table(cursor)
+        last = conversion.install_mirror(cursor)
+    say(f"Created {conversion.new}; copying rows up to sequence {last} in batches of {batch_size}.")
+    copied = conversion.copy_rows(last, batch_size, say)
+    with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+        conversion.swap(cursor, keep_old=keep_old)
+    say(
+        f"{conversion.old} is now {'partitioned by topic' if partitioned else 'one table'}"
+        f"{f'; the old table is kept as {conversion.retired}' if keep_old else ''}."
+    )
+    logger.info(
+        "Converted the task table (%s rows copied in batches).",
+        copied,
+        extra={"partitioned": partitioned, "rows": copied},
+    )
+    return True
+
+
+class _Conversion:
+    """The steps of :func:`convert`, from the old table's ``schema`` to a table of the new shape."""
+
+    def __init__(
+        self, connection: BaseDatabaseWrapper, partitioned: bool, schema: TableSchema
+    ) -> None:
+        self.connection = connection
+        self.partitioned = partitioned
+        self.schema = schema
+        self.quote = connection.ops.quote_name
+        self.old, self.new = table(), f"{table()}_new"
+        self.retired = f"{self.old}_old"
+        self.trigger_function = f"{table()}_mirror"
+        # Partitioned, the primary key leads with the topic: look-ups by number need their own index.
+        self.new_indexes = [name for name in schema.indexes if name != SEQUENCE_INDEX]
+        self.columns = ", ".join(self.quote(c) for c in schema.columns)
+        self.conflict = "topic_id, sequence" if partitioned else "sequence"
+
+    def create_new_table(self, cursor: Any) -> None:
+        """Step 1: the new table with every key, index, foreign key and partition."""
+        quote, schema, new = self.quote, self.schema, self.new
+        cursor.execute(f"DROP TABLE IF EXISTS {quote(new)}, {quote(self.retired)} CASCADE")
+        shape = " PARTITION BY LIST (topic_id)" if self.partitioned else ""
         cursor.execute(
-            f"CREATE TABLE {quote(new)} (LIKE {quote(old)} INCLUDING DEFAULTS INCLUDING "
+            f"CREATE TABLE {quote(new)} (LIKE {quote(self.old)} INCLUDING DEFAULTS INCLUDING "
             f"CONSTRAINTS INCLUDING IDENTITY INCLUDING STORAGE INCLUDING COMMENTS){shape}"
         )
-        key = "topic_id, sequence" if partitioned else "sequence"
+        key = "topic_id, sequence" if self.partitioned else "sequence"
         cursor.execute(
             f"ALTER TABLE {quote(new)} ADD CONSTRAINT {quote(_temporary(schema.primary_key, 'n'))} "
             f"PRIMARY KEY ({key})"
@@ -309,38 +294,39 @@ def convert(
                 f"ALTER TABLE {quote(new)} ADD CONSTRAINT {quote(_temporary(name, 'n'))} "
                 f"{definition}"
             )
-        # Partitioned, the primary key leads with the topic: look-ups by number need their own index.
-        new_indexes = [name for name in schema.indexes if name != SEQUENCE_INDEX]
-        for name in new_indexes:
+        for name in self.new_indexes:
             head = re.match(r"^CREATE (UNIQUE )?INDEX \S+ ON (ONLY )?\S+ ", schema.indexes[name])
             assert head is not None, schema.indexes[name]
             cursor.execute(
                 f"CREATE {head[1] or ''}INDEX {quote(_temporary(name, 'n'))} ON {quote(new)} "
                 + schema.indexes[name][head.end() :]
             )
-        if partitioned:
-            new_indexes.append(SEQUENCE_INDEX)
+        if self.partitioned:
+            self.new_indexes.append(SEQUENCE_INDEX)
             cursor.execute(
                 f"CREATE INDEX {quote(_temporary(SEQUENCE_INDEX, 'n'))} ON {quote(new)} (sequence)"
             )
         for name, definition in schema.foreign.items():
             cursor.execute(f"ALTER TABLE {quote(new)} ADD CONSTRAINT {quote(name)} {definition}")
-        if partitioned:
+        if self.partitioned:
             cursor.execute(
                 f"CREATE TABLE {quote(default_partition() + '_new')} PARTITION OF {quote(new)} DEFAULT"
             )
-            from django_tasks_coord.models import Topic
-
-            for topic in Topic.objects.using(connection.alias).values_list("pk", flat=True):
+            for topic in Topic.objects.using(self.connection.alias).values_list("pk", flat=True):
                 cursor.execute(
                     f"CREATE TABLE {quote(partition_name(topic))} PARTITION OF {quote(new)} "
                     f"FOR VALUES IN (%s)",
                     [topic],
                 )
-        # The mirror: every change to the old table from now on reaches the new one.
-        columns = ", ".join(quote(c) for c in schema.columns)
-        updates = ", ".join(f"{quote(c)} = EXCLUDED.{quote(c)}" for c in schema.columns)
-        conflict = "topic_id, sequence" if partitioned else "sequence"
+
+    def install_mirror(self, cursor: Any) -> int:
+        """Step 1 still: every change to the old table from now on reaches the new one.
+
+        Returns the last sequence of the old table then: the copy's end.
+        """
+        quote, new, trigger_function = self.quote, self.new, self.trigger_function
+        columns = self.columns
+        updates = ", ".join(f"{quote(c)} = EXCLUDED.{quote(c)}" for c in self.schema.columns)
         cursor.execute(
             f"""
             CREATE OR REPLACE FUNCTION {quote(trigger_function)}() RETURNS trigger
@@ -353,46 +339,52 @@ def convert(
                     RETURN OLD;
                 END IF;
                 INSERT INTO {quote(new)} ({columns}) SELECT (NEW).*
-                    ON CONFLICT ({conflict}) DO UPDATE SET {updates};
+                    ON CONFLICT ({self.conflict}) DO UPDATE SET {updates};
                 RETURN NEW;
             END $$
             """
         )
         cursor.execute(
             f"CREATE TRIGGER {quote(trigger_function)} AFTER INSERT OR UPDATE OR DELETE ON "
-            f"{quote(old)} FOR EACH ROW EXECUTE FUNCTION {quote(trigger_function)}()"
+            f"{quote(self.old)} FOR EACH ROW EXECUTE FUNCTION {quote(trigger_function)}()"
         )
-        cursor.execute(f"SELECT coalesce(max(sequence), 0) FROM {quote(old)}")
-        last = int(cursor.fetchone()[0])
-    say(f"Created {new}; copying rows up to sequence {last} in batches of {batch_size}.")
+        cursor.execute(f"SELECT coalesce(max(sequence), 0) FROM {quote(self.old)}")
+        return int(cursor.fetchone()[0])
 
-    start, copied = 0, 0
-    select = (
-        f"INSERT INTO {quote(new)} ({columns}) SELECT {columns} FROM {quote(old)} "
-        f"WHERE sequence > %s AND sequence <= %s FOR SHARE ON CONFLICT ({conflict}) DO NOTHING"
-    )
-    while start < last:
-        with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
-            # The batch ends at its batch_size-th row: numbers have gaps (deleted tasks).
-            cursor.execute(
-                f"SELECT sequence FROM {quote(old)} WHERE sequence > %s ORDER BY sequence "
-                f"OFFSET %s LIMIT 1",
-                [start, batch_size - 1],
-            )
-            row = cursor.fetchone()
-            end = min(int(row[0]), last) if row else last
-            cursor.execute(select, [start, end])
-            copied += max(cursor.rowcount, 0)
-        start = end
-        say(f"Copied up to sequence {end} ({copied} rows).")
+    def copy_rows(self, last: int, batch_size: int, say: Callable[[str], None]) -> int:
+        """Step 2: the rows up to ``last``, in batches; returns how many were copied."""
+        quote, connection, old, columns = self.quote, self.connection, self.old, self.columns
+        start, copied = 0, 0
+        select = (
+            f"INSERT INTO {quote(self.new)} ({columns}) SELECT {columns} FROM {quote(old)} "
+            f"WHERE sequence > %s AND sequence <= %s FOR SHARE ON CONFLICT ({self.conflict}) "
+            "DO NOTHING"
+        )
+        while start < last:
+            with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+                # The batch ends at its batch_size-th row: numbers have gaps (deleted tasks).
+                cursor.execute(
+                    f"SELECT sequence FROM {quote(old)} WHERE sequence > %s ORDER BY sequence "
+                    f"OFFSET %s LIMIT 1",
+                    [start, batch_size - 1],
+                )
+                row = cursor.fetchone()
+                end = min(int(row[0]), last) if row else last
+                cursor.execute(select, [start, end])
+                copied += max(cursor.rowcount, 0)
+            start = end
+            say(f"Copied up to sequence {end} ({copied} rows).")
+        return copied
 
-    with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+    def swap(self, cursor: Any, *, keep_old: bool) -> None:
+        """Step 3: under the old table's lock, the new table and its names take its place."""
+        quote, schema, old, new = self.quote, self.schema, self.old, self.new
         cursor.execute(f"LOCK TABLE {quote(old)} IN ACCESS EXCLUSIVE MODE")
-        view = dbviews.exists(connection)
+        view = dbviews.exists(self.connection)
         if view:
-            dbviews.drop(connection)
-        cursor.execute(f"DROP TRIGGER {quote(trigger_function)} ON {quote(old)}")
-        cursor.execute(f"DROP FUNCTION {quote(trigger_function)}()")
+            dbviews.drop(self.connection)
+        cursor.execute(f"DROP TRIGGER {quote(self.trigger_function)} ON {quote(old)}")
+        cursor.execute(f"DROP FUNCTION {quote(self.trigger_function)}()")
         # Names: the old table's move aside, the new table's take their place.
         for name in [schema.primary_key, *schema.unique]:
             cursor.execute(
@@ -406,8 +398,17 @@ def convert(
                 f"ALTER TABLE {quote(new)} RENAME CONSTRAINT {quote(_temporary(name, 'n'))} "
                 f"TO {quote(name)}"
             )
-        for name in new_indexes:
+        for name in self.new_indexes:
             cursor.execute(f"ALTER INDEX {quote(_temporary(name, 'n'))} RENAME TO {quote(name)}")
+        self._swap_tables(cursor)
+        if not keep_old:
+            cursor.execute(f"DROP TABLE {quote(self.retired)} CASCADE")
+        if view:
+            dbviews.create(self.connection)
+
+    def _swap_tables(self, cursor: Any) -> None:
+        """Rename the tables and their identity sequences; the new one numbers on."""
+        quote, old, new, retired = self.quote, self.old, self.new, self.retired
         cursor.execute("SELECT pg_get_serial_sequence(%s, 'sequence')", [old])
         old_sequence = cursor.fetchone()[0]
         cursor.execute("SELECT pg_get_serial_sequence(%s, 'sequence')", [new])
@@ -419,21 +420,7 @@ def convert(
         )
         cursor.execute(f"ALTER TABLE {quote(new)} RENAME TO {quote(old)}")
         cursor.execute(f"ALTER SEQUENCE {new_sequence} RENAME TO {quote(old + '_sequence_seq')}")
-        if partitioned:
+        if self.partitioned:
             cursor.execute(
                 f"ALTER TABLE {quote(default_partition() + '_new')} RENAME TO {quote(default_partition())}"
             )
-        if not keep_old:
-            cursor.execute(f"DROP TABLE {quote(retired)} CASCADE")
-        if view:
-            dbviews.create(connection)
-    say(
-        f"{old} is now {'partitioned by topic' if partitioned else 'one table'}"
-        f"{f'; the old table is kept as {retired}' if keep_old else ''}."
-    )
-    logger.info(
-        "Converted the task table (%s rows copied in batches).",
-        copied,
-        extra={"partitioned": partitioned, "rows": copied},
-    )
-    return True

@@ -13,7 +13,7 @@ from typing import NoReturn
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django_tasks_coord.exceptions import TimerError
-from django_tasks_coord.timers._calendar_search import (
+from django_tasks_coord.timers._calendar_spec import (
     MAX_YEAR,
     MIN_YEAR,
     CalendarSpec,

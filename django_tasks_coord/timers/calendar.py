@@ -4,7 +4,8 @@ The accepted syntax, the normalized form (``str(event)``) and the elapses are th
 systemd 252 (``systemd-analyze calendar``), verified against it by the data-driven
 tests in ``tests/timers``. See ``docs/timers.md`` for the syntax and the few
 documented differences. The parser lives in ``_calendar_syntax``, the search for the
-next elapse in ``_calendar_search``; the normalized form is printed here.
+next elapse in ``_calendar_search`` (and ``_calendar_zoned`` around DST changes, both
+on ``_calendar_spec``); the normalized form is printed here.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Hashable
 from datetime import UTC, datetime
 
-from django_tasks_coord.timers._calendar_search import CalendarSpec, Chain, Component, Searcher
+from django_tasks_coord.timers._calendar_search import Searcher
+from django_tasks_coord.timers._calendar_spec import CalendarSpec, Chain, Component
 from django_tasks_coord.timers._calendar_syntax import WEEKDAY_NAMES, parse_calendar_spec
 from django_tasks_coord.timers.base import (
     Timer,

@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from django_tasks_coord.exceptions import TimerError
-from django_tasks_coord.timers import CalendarEvent, _calendar_search
+from django_tasks_coord.timers import CalendarEvent, _calendar_spec
 from django_tasks_coord.timers._localtime import Fields
 from tests.timers._data import cases, instant
 
@@ -40,11 +40,11 @@ def test_elapses_match_systemd(case: dict[str, object]) -> None:
         assert event.next_after(current) is None
 
 
-_SETTLE = _calendar_search._settle
+_SETTLE = _calendar_spec.settle
 
 
 def _settle_before_40266(raw: Fields, normalized: Fields) -> tuple[int, Fields]:
-    """``_settle`` before systemd PR #40266: a change of year reset the month only."""
+    """``settle`` before systemd PR #40266: a change of year reset the month only."""
     if normalized[0] != raw[0]:
         y, _, d, h, mi, s = normalized
         return (0 if normalized[0] > raw[0] else -1), (y, 1, d, h, mi, s)
@@ -53,8 +53,8 @@ def _settle_before_40266(raw: Fields, normalized: Fields) -> tuple[int, Fields]:
 
 @pytest.fixture
 def systemd_before_40266(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Our search with systemd#40260 put back (both of its searches use ``_settle``)."""
-    monkeypatch.setattr(_calendar_search, "_settle", _settle_before_40266)
+    """Our search with systemd#40260 put back (both of its searches use ``settle``)."""
+    monkeypatch.setattr(_calendar_spec, "settle", _settle_before_40266)
 
 
 def _elapses(case: dict[str, Any], count: int) -> list[str]:

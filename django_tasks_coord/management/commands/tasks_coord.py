@@ -81,6 +81,99 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def _selection_arguments() -> CommandParser:
+    """The options that select tasks (a :class:`TaskFilter`), shared by several subcommands."""
+    selection = CommandParser(add_help=False)
+    selection.add_argument("--topic", help="Tasks of this topic.")
+    selection.add_argument(
+        "--state",
+        type=_state,
+        action="append",
+        dest="states",
+        metavar="STATE",
+        help="Tasks in this state (repeatable): pending, requested, active, succeeded, "
+        "suspended, filtered, failed, canceled, redundant.",
+    )
+    selection.add_argument("--identifier", help="Tasks of this identifier.")
+    selection.add_argument(
+        "--older-than",
+        type=_age,
+        metavar="AGE",
+        help="Tasks created at least AGE ago (300, 90s, 15m, 1h30m, 2d, 1w).",
+    )
+    selection.add_argument(
+        "--newer-than", type=_age, metavar="AGE", help="Tasks created at most AGE ago."
+    )
+    return selection
+
+
+def _add_task_commands(commands: Any, selection: CommandParser, output: CommandParser) -> None:
+    """``list``, ``show`` and one subcommand per bulk :class:`Action`."""
+    listing = commands.add_parser(
+        "list", parents=[selection, output], help="List tasks, newest first."
+    )
+    listing.add_argument("--limit", type=_count, default=50, help="At most this many (default 50).")
+    listing.add_argument(
+        "--before",
+        type=_sequence,
+        metavar="SEQUENCE",
+        help="Tasks below this sequence (the next page: the last sequence listed).",
+    )
+
+    show = commands.add_parser(
+        "show", parents=[output], help="One task: payload, attempts, errors."
+    )
+    show.add_argument("sequence", type=_sequence)
+
+    for action in Action:
+        bulk = commands.add_parser(
+            action.value, parents=[selection, output], help=_BULK_HELP[action]
+        )
+        bulk.add_argument(
+            "--all",
+            action="store_true",
+            help="Required when no filter is given: every eligible task of every topic.",
+        )
+        bulk.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="Report what would change; change nothing.",
+        )
+        bulk.add_argument(
+            "--batch-size",
+            type=_count,
+            default=operations.BATCH_SIZE,
+            help=f"Tasks per transaction (default {operations.BATCH_SIZE}).",
+        )
+        bulk.add_argument("--limit", type=_count, help="Stop after this many tasks.")
+        if action is Action.CANCEL:
+            bulk.add_argument("--message", help="Stored on each canceled task.")
+
+
+def _add_topic_and_job_commands(commands: Any, output: CommandParser) -> None:
+    """``topics``, ``pause-topic``, ``resume-topic``, ``jobs``, ``pause-job``, ``resume-job``, ``run-job``."""
+    commands.add_parser("topics", parents=[output], help="List topics.")
+    for verb in ("pause", "resume"):
+        topic = commands.add_parser(
+            f"{verb}-topic", parents=[output], help=f"{verb.capitalize()} topics."
+        )
+        topic.add_argument("topics", nargs="+", metavar="TOPIC")
+
+    commands.add_parser("jobs", parents=[output], help="List scheduled jobs.")
+    for verb in ("pause", "resume"):
+        job = commands.add_parser(
+            f"{verb}-job", parents=[output], help=f"{verb.capitalize()} scheduled jobs."
+        )
+        job.add_argument("jobs", nargs="*", metavar="JOB_ID")
+        job.add_argument(
+            "--all",
+            action="store_true",
+            help=f"{verb.capitalize()} every job at once (scheduling.{verb}_all).",
+        )
+    run = commands.add_parser("run-job", parents=[output], help="Run a job now.")
+    run.add_argument("job", metavar="JOB_ID")
+
+
 class Command(BaseCommand):
     help = (
         "Day-2 operations: list and show tasks, retry/reset/recreate/cancel them in bulk "
@@ -91,92 +184,10 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         output = CommandParser(add_help=False)
         output.add_argument("--json", action="store_true", help="Write JSON (stable keys).")
-        selection = CommandParser(add_help=False)
-        selection.add_argument("--topic", help="Tasks of this topic.")
-        selection.add_argument(
-            "--state",
-            type=_state,
-            action="append",
-            dest="states",
-            metavar="STATE",
-            help="Tasks in this state (repeatable): pending, requested, active, succeeded, "
-            "suspended, filtered, failed, canceled, redundant.",
-        )
-        selection.add_argument("--identifier", help="Tasks of this identifier.")
-        selection.add_argument(
-            "--older-than",
-            type=_age,
-            metavar="AGE",
-            help="Tasks created at least AGE ago (300, 90s, 15m, 1h30m, 2d, 1w).",
-        )
-        selection.add_argument(
-            "--newer-than", type=_age, metavar="AGE", help="Tasks created at most AGE ago."
-        )
+        selection = _selection_arguments()
         commands = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
-
-        listing = commands.add_parser(
-            "list", parents=[selection, output], help="List tasks, newest first."
-        )
-        listing.add_argument(
-            "--limit", type=_count, default=50, help="At most this many (default 50)."
-        )
-        listing.add_argument(
-            "--before",
-            type=_sequence,
-            metavar="SEQUENCE",
-            help="Tasks below this sequence (the next page: the last sequence listed).",
-        )
-
-        show = commands.add_parser(
-            "show", parents=[output], help="One task: payload, attempts, errors."
-        )
-        show.add_argument("sequence", type=_sequence)
-
-        for action in Action:
-            bulk = commands.add_parser(
-                action.value, parents=[selection, output], help=_BULK_HELP[action]
-            )
-            bulk.add_argument(
-                "--all",
-                action="store_true",
-                help="Required when no filter is given: every eligible task of every topic.",
-            )
-            bulk.add_argument(
-                "--dry-run",
-                action="store_true",
-                help="Report what would change; change nothing.",
-            )
-            bulk.add_argument(
-                "--batch-size",
-                type=_count,
-                default=operations.BATCH_SIZE,
-                help=f"Tasks per transaction (default {operations.BATCH_SIZE}).",
-            )
-            bulk.add_argument("--limit", type=_count, help="Stop after this many tasks.")
-            if action is Action.CANCEL:
-                bulk.add_argument("--message", help="Stored on each canceled task.")
-
-        commands.add_parser("topics", parents=[output], help="List topics.")
-        for verb in ("pause", "resume"):
-            topic = commands.add_parser(
-                f"{verb}-topic", parents=[output], help=f"{verb.capitalize()} topics."
-            )
-            topic.add_argument("topics", nargs="+", metavar="TOPIC")
-
-        commands.add_parser("jobs", parents=[output], help="List scheduled jobs.")
-        for verb in ("pause", "resume"):
-            job = commands.add_parser(
-                f"{verb}-job", parents=[output], help=f"{verb.capitalize()} scheduled jobs."
-            )
-            job.add_argument("jobs", nargs="*", metavar="JOB_ID")
-            job.add_argument(
-                "--all",
-                action="store_true",
-                help=f"{verb.capitalize()} every job at once (scheduling.{verb}_all).",
-            )
-        run = commands.add_parser("run-job", parents=[output], help="Run a job now.")
-        run.add_argument("job", metavar="JOB_ID")
-
+        _add_task_commands(commands, selection, output)
+        _add_topic_and_job_commands(commands, output)
         commands.add_parser("nodes", parents=[output], help="List nodes, alive or dead.")
         commands.add_parser("leaders", parents=[output], help="List groups and their leaders.")
 

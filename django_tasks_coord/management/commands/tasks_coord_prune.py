@@ -9,6 +9,15 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_tasks_coord.management.commands._arguments import number
 
+try:  # the backend needs Django's task framework; without it the command says what to install
+    from django_tasks_coord.backends import DatabaseBackend, coord_backends
+    from django_tasks_coord.backends.compat import task_backends
+    from django_tasks_coord.backends.housekeeping import prune_results
+except ImportError as exc:
+    _MISSING: str | None = str(exc)
+else:
+    _MISSING = None
+
 _seconds = number(float, 0, "a number of seconds")
 
 
@@ -38,12 +47,8 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        try:
-            from django_tasks_coord.backends import DatabaseBackend, coord_backends
-            from django_tasks_coord.backends.compat import task_backends
-            from django_tasks_coord.backends.housekeeping import prune_results
-        except ImportError as exc:
-            raise CommandError(str(exc)) from exc
+        if _MISSING is not None:
+            raise CommandError(_MISSING)
         backends = coord_backends()
         if options["backends"]:
             backends = []

@@ -1,0 +1,242 @@
+"""The JSON Schemas of the HTTP API's request and response bodies.
+
+:data:`SCHEMAS` is published as the OpenAPI document's ``components/schemas``
+(:func:`django_tasks_coord.api.openapi.document`), and the views validate request
+bodies with exactly these schemas. Literal data: the limits below are the only names
+it is written with.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["DATETIME", "MAX_PAGE", "MAX_POLL", "MAX_TIMEOUT", "NAME", "SCHEMAS", "UUID"]
+
+#: The most tasks one poll hands out, and the largest page of a list.
+MAX_POLL = 100
+MAX_PAGE = 500
+#: The longest wait a long-poll may ask for (the server also caps it at LONG_POLL_MAX_TIMEOUT).
+MAX_TIMEOUT = 3600
+
+UUID = {"type": "string", "format": "uuid"}
+DATETIME = {"type": ["string", "null"], "format": "date-time"}
+NAME = {"type": "string", "minLength": 1, "maxLength": 100}
+
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "Error": {
+        "type": "object",
+        "properties": {
+            "error": {
+                "type": "object",
+                "properties": {
+                    "code": {"type": "string", "description": "Machine-readable reason."},
+                    "message": {"type": "string", "description": "What happened, for people."},
+                    "path": {
+                        "type": "string",
+                        "description": "JSON Pointer of the offending value, when one is at fault.",
+                    },
+                },
+                "required": ["code", "message"],
+            }
+        },
+        "required": ["error"],
+    },
+    "Task": {
+        "type": "object",
+        "properties": {
+            "id": {"type": "integer"},
+            "definition": {"type": "string"},
+            "status": {
+                "type": "string",
+                "enum": ["waiting", "ready", "requested", "in_progress", "done"],
+            },
+            "outcome": {
+                "type": ["string", "null"],
+                "enum": ["succeeded", "failed", "canceled", None],
+            },
+            "outcome_reason": {
+                "type": ["string", "null"],
+                "description": "Why the task ended as it did, or why its last attempt or "
+                "hand-out ended while it waits again: failed_by_executor, unknown_error, "
+                "in_progress_timeout, requested_to_start_timeout, canceled.",
+            },
+            "params": {},
+            "result": {},
+            "error": {
+                "description": "The last failed attempt's error while the task waits for its "
+                "retry or runs it again; the task's once it failed; null once it succeeded."
+            },
+            "label": {"type": "string"},
+            "requester": {"type": "string"},
+            "priority": {"type": "integer"},
+            "attempts": {"type": "integer", "description": "Attempts started."},
+            "retry_count": {"type": "integer", "description": "Failed attempts retried."},
+            "exec_id": {
+                "type": ["string", "null"],
+                "format": "uuid",
+                "description": "The current execution's id: quote it in every executor call.",
+            },
+            "execute_at": DATETIME,
+            "deadline": {
+                **DATETIME,
+                "description": "When a requested or in-progress task times out.",
+            },
+            "created_at": {"type": "string", "format": "date-time"},
+            "started_at": DATETIME,
+            "finished_at": DATETIME,
+            "traceparent": {
+                "type": ["string", "null"],
+                "description": "The W3C trace context of the span that created the task (null "
+                "without tracing): start your spans under it, and send a `traceparent` header "
+                "with start, notify and outcome calls so that they join the trace.",
+            },
+        },
+        "required": [
+            "id",
+            "definition",
+            "status",
+            "outcome",
+            "outcome_reason",
+            "params",
+            "result",
+            "error",
+            "label",
+            "requester",
+            "priority",
+            "attempts",
+            "retry_count",
+            "exec_id",
+            "execute_at",
+            "deadline",
+            "created_at",
+            "started_at",
+            "finished_at",
+        ],
+    },
+    "Tasks": {
+        "type": "object",
+        "properties": {"tasks": {"type": "array", "items": {"$ref": "#/components/schemas/Task"}}},
+        "required": ["tasks"],
+    },
+    "TaskPage": {
+        "type": "object",
+        "properties": {
+            "tasks": {"type": "array", "items": {"$ref": "#/components/schemas/Task"}},
+            "next_before": {
+                "type": ["integer", "null"],
+                "description": "Pass as `before` for the next page; null on the last page.",
+            },
+        },
+        "required": ["tasks", "next_before"],
+    },
+    "Definition": {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "description": {"type": "string"},
+            "requested_to_start_timeout": {"type": "number"},
+            "in_progress_timeout": {"type": "number"},
+            "allowed_retry_count": {"type": "integer"},
+            "retry_delay": {"type": "number"},
+            "concurrency_limit": {"type": ["integer", "null"]},
+            "concurrency_key_path": {
+                "type": ["array", "null"],
+                "items": {"type": ["string", "integer"]},
+            },
+            "params_schema": {},
+            "result_schema": {},
+            "error_schema": {},
+        },
+        "required": [
+            "name",
+            "description",
+            "requested_to_start_timeout",
+            "in_progress_timeout",
+            "allowed_retry_count",
+            "retry_delay",
+            "concurrency_limit",
+            "concurrency_key_path",
+            "params_schema",
+            "result_schema",
+            "error_schema",
+        ],
+    },
+    "Definitions": {
+        "type": "object",
+        "properties": {
+            "definitions": {"type": "array", "items": {"$ref": "#/components/schemas/Definition"}}
+        },
+        "required": ["definitions"],
+    },
+    "PollRequest": {
+        "type": "object",
+        "properties": {
+            "definitions": {"type": "array", "items": NAME, "minItems": 1, "maxItems": 100},
+            "limit": {"type": "integer", "minimum": 1, "maximum": MAX_POLL, "default": 1},
+        },
+        "required": ["definitions"],
+        "additionalProperties": False,
+    },
+    "LongPollRequest": {
+        "type": "object",
+        "properties": {
+            "definitions": {"type": "array", "items": NAME, "minItems": 1, "maxItems": 100},
+            "limit": {"type": "integer", "minimum": 1, "maximum": MAX_POLL, "default": 1},
+            "timeout": {
+                "type": "number",
+                "minimum": 0,
+                "maximum": MAX_TIMEOUT,
+                "default": 30,
+                "description": "Seconds to wait for work (capped by the server's "
+                "LONG_POLL_MAX_TIMEOUT setting).",
+            },
+        },
+        "required": ["definitions"],
+        "additionalProperties": False,
+    },
+    "ExecRequest": {
+        "type": "object",
+        "properties": {"exec_id": UUID},
+        "required": ["exec_id"],
+        "additionalProperties": False,
+    },
+    "SuccessRequest": {
+        "type": "object",
+        "properties": {
+            "exec_id": UUID,
+            "result": {"description": "Checked by the result schema."},
+        },
+        "required": ["exec_id"],
+        "additionalProperties": False,
+    },
+    "FailRequest": {
+        "type": "object",
+        "properties": {
+            "exec_id": UUID,
+            "error": {"description": "Checked by the error schema; omitted: unknown_error."},
+            "retry": {
+                "type": "boolean",
+                "default": True,
+                "description": "False: fail for good even if retries remain.",
+            },
+        },
+        "required": ["exec_id"],
+        "additionalProperties": False,
+    },
+    "CreateRequest": {
+        "type": "object",
+        "properties": {
+            "definition": NAME,
+            "params": {"description": "Checked by the params schema."},
+            "execute_at": {
+                "type": "string",
+                "format": "date-time",
+                "description": "Not ready before (ISO 8601 with a time zone).",
+            },
+            "label": {"type": "string", "maxLength": 255},
+            "priority": {"type": "integer", "minimum": -32768, "maximum": 32767, "default": 0},
+        },
+        "required": ["definition"],
+        "additionalProperties": False,
+    },
+}
