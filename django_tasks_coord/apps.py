@@ -7,7 +7,7 @@ from importlib import import_module
 from django.apps import AppConfig
 from django.db.models.signals import post_migrate, pre_migrate
 
-from django_tasks_coord import conf, dbviews  # noqa: F401  (conf: its setting_changed receiver)
+from django_tasks_coord import conf  # noqa: F401  (its setting_changed receiver)
 
 #: Modules imported once the app registry is ready, for what importing them registers:
 #: the system checks (``checks``), the topic cache's model signal receivers (``topics``)
@@ -33,5 +33,6 @@ class TasksCoordConfig(AppConfig):
         for module in READY_MODULES:
             import_module(module)
         # The task_pretty view: out of the way of migrations, then back with the current columns.
+        dbviews = import_module("django_tasks_coord.dbviews")  # it imports the models
         pre_migrate.connect(dbviews.before_migrate, sender=self)
         post_migrate.connect(dbviews.after_migrate, sender=self)
