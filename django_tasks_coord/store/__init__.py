@@ -14,5 +14,6 @@ write.
 from __future__ import annotations
 
 from django_tasks_coord.store.fencing import held
+from django_tasks_coord.store.terms import stamp_term
 
-__all__ = ["held"]
+__all__ = ["held", "stamp_term"]
