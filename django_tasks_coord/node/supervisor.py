@@ -91,15 +91,29 @@ class Node:
         self.state = NodeState(config, clock)
         self.exit_code = EXIT_OK
         self.completer: Completer | None = None
-        self.load = Load(config, on_busy=self._busy, on_room=self._room)
-        self.executor = Executor(self.state, self.load, wake_lifeline=self._wake_lifeline)
+
+        # The duties call each other back through these (looked up at each call: a test
+        # may replace a duty's wake-up event).
+        def wake_lifeline() -> None:
+            self.lifeline.wake.set()
+
+        def node_name() -> str:
+            assert self.owner is not None  # registered before any duty runs
+            return self.owner.name
+
+        self.load = Load(
+            config,
+            on_busy=lambda: self.lifeline.busy(),
+            on_room=lambda: self.dispatcher.wake.set(),
+        )
+        self.executor = Executor(self.state, self.load, wake_lifeline=wake_lifeline)
         self.dispatcher = Dispatcher(
             self.state,
             handlers,
             self.load,
             self.executor,
-            wake_lifeline=self._wake_lifeline,
-            declared_dead=self._declared_dead,
+            wake_lifeline=wake_lifeline,
+            declared_dead=lambda: self.lifeline.declared_dead(),
         )
         self.lifeline = Lifeline(
             self.state,
@@ -109,7 +123,7 @@ class Node:
             rejoin=self._rejoin,
         )
         self.scheduler_loop = SchedulerLoop(
-            self._owner_name,
+            node_name,
             clock=clock,
             wake=WakeEvent(self.state.stopping),
             stopping=self.state.stopping,
@@ -119,12 +133,17 @@ class Node:
             submitted=lambda: self.wake(JOBS_TOPIC),  # its dispatcher claims the runs now
             burst=config.burst,
         )
-        self.subscriptions = Subscriptions()
-        self.subscriptions.subscribe(SCHEDULE_CHANGED, lambda _: self.scheduler_loop.wake.set())
-        self.subscriptions.subscribe_prefix(RESUMED, self.dispatcher.on_resumed)
-        self.subscriptions.subscribe_prefix(RELEASED, self._token_released)
-        self.subscriptions.subscribe_others(self.dispatcher.on_topic)
+        self.subscriptions = self._subscriptions()
         self._side_threads: list[threading.Thread] = []
+
+    def _subscriptions(self) -> Subscriptions:
+        """Which duty each wake-up concerns (see :meth:`wake`)."""
+        table = Subscriptions()
+        table.subscribe(SCHEDULE_CHANGED, lambda _: self.scheduler_loop.wake.set())
+        table.subscribe_prefix(RESUMED, self.dispatcher.on_resumed)  # re-read the topics
+        table.subscribe_prefix(RELEASED, self._token_released)
+        table.subscribe_others(self.dispatcher.on_topic)  # a task pushed: claim if ours
+        return table
 
     # --- what the rest of the package and the metrics read ------------------------------
 
@@ -290,23 +309,7 @@ class Node:
             self.leadership.forget_lease()  # read the token again at the next beat
         self.lifeline.wake.set()
 
-    # --- the duties' callbacks ----------------------------------------------------------
-
-    def _owner_name(self) -> str:
-        assert self.owner is not None
-        return self.owner.name
-
-    def _busy(self) -> None:
-        self.lifeline.busy()
-
-    def _room(self) -> None:
-        self.dispatcher.wake.set()
-
-    def _wake_lifeline(self) -> None:
-        self.lifeline.wake.set()
-
-    def _declared_dead(self) -> None:
-        self.lifeline.declared_dead()
+    # --- registering again -------------------------------------------------------------
 
     def _rejoin(self) -> None:
         """Continue as a fresh node after this one may have been declared dead.
