@@ -20,9 +20,12 @@ round (:mod:`django_tasks_coord.node.duty`):
 - the retention housekeeper thread (:class:`~django_tasks_coord.retention.Housekeeper`);
 - on PostgreSQL, the listener thread (LISTEN/NOTIFY wake-ups).
 
-The duties write through :mod:`~django_tasks_coord.queue`, :mod:`~django_tasks_coord.owners`,
-:mod:`~django_tasks_coord.coordination`, the scheduler and the task store; they read
-the topics, the queue depth and the next delayed task directly.
+The duties write task rows through :mod:`~django_tasks_coord.queue` (claims, completions,
+releases), :mod:`~django_tasks_coord.owners` (registration, heartbeat, sweeps),
+:mod:`~django_tasks_coord.attempts` (a consumer's attempt log), the scheduler (job runs)
+and the task store (:func:`~django_tasks_coord.store.stamp_term`); the group's rows
+through :mod:`~django_tasks_coord.coordination`. They read the topics, the queue depth and
+the next delayed task with queries of their own.
 """
 
 from __future__ import annotations
