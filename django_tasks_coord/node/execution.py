@@ -4,7 +4,8 @@
 (:meth:`Executor.execute`): it starts only what the node can prove it still holds, applies
 the attempt and waiting rules, calls the handler, and hands each outcome to the completer,
 or releases the task for a retry. It also gives tasks back to the queue for the other
-duties (:meth:`Executor.release`). Every write goes through the queue and the completer.
+duties (:meth:`Executor.release`). Its writes go through the queue (releases, retries),
+:func:`django_tasks_coord.attempts.record` (a consumer's attempt log) and the completer.
 """
 
 from __future__ import annotations
