@@ -27,13 +27,13 @@ KINDS: dict[str, str] = {
     "coordination:leave": "start/stop",
     "scheduler:submit_due": "scheduler: due check (submit_due)",
     "scheduler:next_due": "scheduler: next due (next_due)",
-    "node:_refresh_topics": "dispatcher: topic refresh",
-    "node:_claim_round": "dispatcher: claim poll",
-    "node:_idle_timeout": "dispatcher: next delayed task",
-    "node:_status_line": "status line",
-    "node:_shutdown": "start/stop",
-    "node:_join_group": "start/stop",
-    "node:run": "start/stop",
+    "dispatcher:refresh_topics": "dispatcher: topic refresh",
+    "dispatcher:claim_round": "dispatcher: claim poll",
+    "dispatcher:idle_timeout": "dispatcher: next delayed task",
+    "lifeline:status_line": "status line",
+    "supervisor:_shutdown": "start/stop",
+    "supervisor:_join_group": "start/stop",
+    "supervisor:run": "start/stop",
 }
 PACKAGE = "django_tasks_coord"
 

@@ -7,29 +7,26 @@ on a claim, but its own clock tells it that it *may* have: more than the livenes
 has passed since the start of its last successful heartbeat. Such a node is a zombie. It
 starts nothing more from the claims it made before (neither a buffered task nor a batch it
 just claimed), gives back what it still holds, and registers again as a fresh node
-(:meth:`django_tasks_coord.node.Node._rejoin`).
+(:meth:`django_tasks_coord.node.supervisor.Node._rejoin`).
 
-The clock is ``CLOCK_BOOTTIME`` where there is one (Linux): unlike ``CLOCK_MONOTONIC`` it
-also counts the time the machine was suspended.
+The clock is the node's (:class:`~django_tasks_coord.node.clock.Clock`); the real one is
+``CLOCK_BOOTTIME`` where there is one (Linux): unlike ``CLOCK_MONOTONIC`` it also counts the
+time the machine was suspended.
 """
 
 from __future__ import annotations
 
 import math
 import threading
-import time
 from collections.abc import Callable
 
 from django_tasks_coord.models import Owner
+from django_tasks_coord.node.clock import boot_seconds
 
 __all__ = ["Claims", "clock"]
 
-
-def clock() -> float:
-    """Seconds on a clock that never goes back and counts suspended time where it can."""
-    if hasattr(time, "CLOCK_BOOTTIME"):
-        return time.clock_gettime(time.CLOCK_BOOTTIME)
-    return time.monotonic()  # pragma: no cover - not Linux
+#: Seconds that never go back and count suspended time where they can (the default clock).
+clock = boot_seconds
 
 
 class Claims:

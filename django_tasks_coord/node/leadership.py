@@ -1,16 +1,17 @@
 """A node's role in its coordination group (warm backup), refreshed by the lifeline thread.
 
-Every heartbeat the node refreshes its ``health_check`` row and tries to take (or
-keep) the group's token. A standby reads the token only when the holder's lease may
-have run out, while NOTIFY would tell it of a release (PostgreSQL, listening). If it cannot reach the database it steps down by itself
+Every heartbeat (:meth:`Leadership.tick`, called by the lifeline) the node refreshes its
+``health_check`` row and tries to take (or keep) the group's token. A standby reads the
+token only when the holder's lease may have run out, while NOTIFY would tell it of a
+release (PostgreSQL, listening). If it cannot reach the database it steps down by itself
 once its own lease would have expired, a heartbeat *before* a standby may take over,
-so two nodes never both believe they lead.
+so two nodes never both believe they lead. Time is read from an injected
+:class:`~django_tasks_coord.node.clock.Clock`.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -19,6 +20,7 @@ from django.db import DatabaseError
 from django_tasks_coord import coordination, db, signals
 from django_tasks_coord.exceptions import TokenBusyError
 from django_tasks_coord.models import TokenHolder
+from django_tasks_coord.node.clock import SYSTEM_CLOCK, Clock
 
 logger = logging.getLogger(__name__)
 
@@ -35,12 +37,14 @@ class Leadership:
         heartbeat: float,
         on_change: Callable[[int | None], None],
         notified: Callable[[], bool] = lambda: False,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.group, self.node_id = group, node_id
+        self.clock = clock
         self.liveness, self.heartbeat = liveness, heartbeat
         self.on_change = on_change
         self._term: int | None = None
-        self._last_success = time.monotonic()
+        self._last_success = self.clock.monotonic()
         #: Seconds after the last beat at which the holder's lease runs out, when that
         #: comes before the next regular beat: the lifeline beats again right then.
         self.retry_in: float | None = None
@@ -56,13 +60,20 @@ class Leadership:
 
     def valid_term(self) -> int | None:
         """The term this node leads under, or None; None too once its lease may have expired."""
-        if self._term is not None and time.monotonic() - self._last_success > self._lease():
+        if self._term is not None and self.clock.monotonic() - self._last_success > self._lease():
             self._set(None, "it could not heartbeat for a whole lease; stepping down")
         return self._term
 
     def _lease(self) -> float:
         """How long a leader may go without a heartbeat before it steps down (one beat early)."""
         return self.liveness - self.heartbeat
+
+    def tick(self) -> float:
+        """One heartbeat (:meth:`beat`); return the seconds until the next one is due: a
+        heartbeat, or sooner when the lease another node holds runs out first
+        (:attr:`retry_in`, plus 2 ms so that the lease has surely ended)."""
+        self.beat()
+        return self.heartbeat if self.retry_in is None else self.retry_in + 0.002
 
     def beat(self) -> None:
         """Heartbeat the membership, then keep the token, wait, or try to take it.
@@ -76,7 +87,7 @@ class Leadership:
         """
         liveness = timedelta(seconds=self.liveness)
         self.retry_in = None
-        started = time.monotonic()
+        started = self.clock.monotonic()
         try:
             if not coordination.heartbeat(self.group, self.node_id):
                 coordination.join(self.group, self.node_id)
@@ -84,7 +95,7 @@ class Leadership:
             if self._term is None and ends is not None and started < ends and self.notified():
                 if ends - started < self.heartbeat:
                     self.retry_in = ends - started
-                self._last_success = time.monotonic()
+                self._last_success = self.clock.monotonic()
                 return
             self._lease_ends = None
             lease = coordination.lease(self.group, liveness)
@@ -106,7 +117,7 @@ class Leadership:
                 logger.warning("Group %r: heartbeat failed (%s).", self.group, exc)
             self.valid_term()
             raise
-        self._last_success = time.monotonic()
+        self._last_success = self.clock.monotonic()
         self._set(term, "another node holds the token now")
 
     def forget_lease(self) -> None:

@@ -19,6 +19,7 @@ from django_tasks_coord.exceptions import TasksCoordError
 from django_tasks_coord.handlers import Registry
 from django_tasks_coord.models import PeriodicTask, Topic
 from django_tasks_coord.node.config import NodeConfig
+from django_tasks_coord.scheduling.runner import import_problem
 
 logger = logging.getLogger("django_tasks_coord.node")
 
@@ -69,8 +70,6 @@ def warn_unknown_topics(names: Iterable[str], handlers: Registry) -> list[str]:
 
 def warn_unimportable_jobs() -> list[str]:
     """Warn about each enabled job whose callable does not import here; return their ids."""
-    from django_tasks_coord.scheduling.runner import import_problem
-
     found = []
     jobs = PeriodicTask.objects.using(db.alias()).filter(enabled=True)
     for job_id, path, paused in jobs.values_list("id", "task", "paused").order_by("id"):

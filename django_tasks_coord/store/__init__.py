@@ -20,5 +20,6 @@ from __future__ import annotations
 
 from django_tasks_coord.store import claims, finish, handout, insert, prune, revive
 from django_tasks_coord.store.fencing import held
+from django_tasks_coord.store.terms import stamp_term
 
-__all__ = ["claims", "finish", "handout", "held", "insert", "prune", "revive"]
+__all__ = ["claims", "finish", "handout", "held", "insert", "prune", "revive", "stamp_term"]

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 import threading
+from datetime import datetime, timedelta
 
 import pytest
 
 from django_tasks_coord import handlers, queue
 from django_tasks_coord.node import Node, NodeConfig
+from django_tasks_coord.node.clock import Clock
 from tests.testapp import consumers as _test_consumers  # noqa: F401  (registers the test consumers)
 
 
@@ -27,6 +29,19 @@ def make_node(transactional_db):
         return Node(NodeConfig.from_settings(**options))
 
     return make
+
+
+class ShiftedClock:
+    """``clock`` moved ``seconds`` ahead: a node (or one duty) that was frozen that long."""
+
+    def __init__(self, clock: Clock, seconds: float) -> None:
+        self.clock, self.seconds = clock, seconds
+
+    def monotonic(self) -> float:
+        return self.clock.monotonic() + self.seconds
+
+    def now(self) -> datetime:
+        return self.clock.now() + timedelta(seconds=self.seconds)
 
 
 def run(node: Node, timeout: float = 60) -> int:

@@ -14,8 +14,8 @@ from django.utils import timezone
 from django_tasks_coord import queue, scheduling
 from django_tasks_coord.enums import TaskState
 from django_tasks_coord.models import Owner, PeriodicTask, Task
-from django_tasks_coord.node import Node
 from django_tasks_coord.scheduling import JOBS_TOPIC
+from django_tasks_coord.scheduling.loop import SchedulerLoop
 from tests.node.conftest import run
 from tests.testapp.models import Run
 
@@ -26,7 +26,7 @@ RECORD = "tests.testapp.job_functions.record"
 
 @pytest.fixture
 def no_scheduler_thread(monkeypatch):
-    monkeypatch.setattr(Node, "_schedule_loop", lambda self: None)
+    monkeypatch.setattr(SchedulerLoop, "tick", lambda self: None)  # the thread ends at once
 
 
 def test_a_burst_submits_and_runs_the_slots_due_at_its_start(

@@ -1,7 +1,8 @@
 """What an idle node sends to the database: back-off, the scheduler's sleep, the lease reads.
 
-The loops run in this thread against fake events and a fake clock: a wait returns at once
-and moves the clock by its timeout, so no test sleeps to let time pass.
+The duties tick in this thread (:func:`~django_tasks_coord.node.duty.run_loop`) against
+fake events and a fake clock injected into the node: a wait returns at once and moves the
+clock by its timeout, so no test sleeps to let time pass.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from django_tasks_coord.exceptions import ConfigurationError
 from django_tasks_coord.node import Node, NodeConfig
 from django_tasks_coord.node import leadership as leadership_module
 from django_tasks_coord.node.backoff import IdleBackoff
+from django_tasks_coord.node.duty import run_loop
 from django_tasks_coord.node.leadership import Leadership
 from django_tasks_coord.scheduling import scheduler
 
@@ -72,13 +74,19 @@ def test_max_poll_interval_must_be_a_positive_number():
 
 
 class FakeClock:
-    """Wall clock (``timezone.now``) that only moves when a fake event waits."""
+    """A node's clock (wall and monotonic time) that only moves when a fake event waits."""
 
     def __init__(self) -> None:
-        self.now = datetime(2030, 1, 1, tzinfo=timezone.get_current_timezone())
+        self.start = self.wall = datetime(2030, 1, 1, tzinfo=timezone.get_current_timezone())
 
-    def __call__(self) -> datetime:
-        return self.now
+    def now(self) -> datetime:
+        return self.wall
+
+    def monotonic(self) -> float:
+        return 1000.0 + (self.wall - self.start).total_seconds()
+
+    def advance(self, seconds: float) -> None:
+        self.wall += timedelta(seconds=seconds)
 
 
 class FakeEvent:
@@ -104,11 +112,11 @@ class FakeEvent:
         self.waits.append(round(timeout, 3))
         self.on_wait(len(self.waits))
         if not self.flag:
-            self.clock.now += timedelta(seconds=timeout)
+            self.clock.advance(timeout)
         return self.flag
 
 
-def idle_node(*, poll_interval=1.0, max_poll_interval=8.0, **overrides) -> Node:
+def idle_node(*, poll_interval=1.0, max_poll_interval=8.0, clock=None, **overrides) -> Node:
     config = NodeConfig.from_settings(
         burst=False,
         poll_interval=poll_interval,
@@ -117,16 +125,16 @@ def idle_node(*, poll_interval=1.0, max_poll_interval=8.0, **overrides) -> Node:
         topics=["work"],
         **overrides,
     )
-    node = Node(config)
+    node = Node(config) if clock is None else Node(config, clock=clock)
     node.owner = SimpleNamespace(name="n1", pk=1)  # type: ignore[assignment]
-    node._claims.registered(node.owner, node._claims.now())  # its claims stand
+    node.state.claims.registered(node.owner, node.state.claims.now())  # its claims stand
     return node
 
 
 def stop_after(node: Node, rounds: int):
     def on_wait(n: int) -> None:
         if n >= rounds:
-            node._stopping.set()
+            node.state.stopping.set()
 
     return on_wait
 
@@ -135,15 +143,15 @@ def stop_after(node: Node, rounds: int):
 
 
 def dispatcher(node: Node, claims: list[int], clock: FakeClock, monkeypatch) -> FakeEvent:
-    """Run the dispatch loop with scripted claim rounds (``claims``: tasks claimed per round;
+    """Tick the dispatcher with scripted claim rounds (``claims``: tasks claimed per round;
     then none) until the script is used up; return the fake wake-up event."""
     script = iter(claims)
-    monkeypatch.setattr(node, "_refresh_topics", lambda: None)
-    monkeypatch.setattr(node, "_claim_round", lambda: next(script, 0))
+    monkeypatch.setattr(node.dispatcher, "refresh_topics", lambda: None)
+    monkeypatch.setattr(node.dispatcher, "claim_round", lambda: next(script, 0))
     event = FakeEvent(clock, lambda n: None)
     event.on_wait = stop_after(node, len([c for c in claims if not c]))
-    node._wakeup = event  # type: ignore[assignment]
-    node._dispatch_loop()
+    node.dispatcher.wake = event  # type: ignore[assignment]
+    run_loop(node.dispatcher, node.state.stopping)
     return event
 
 
@@ -157,7 +165,7 @@ def test_an_idle_dispatcher_backs_off_and_a_claim_resets_it(monkeypatch):
 def test_a_node_with_tasks_in_flight_polls_every_poll_interval(monkeypatch):
     clock = FakeClock()
     node = idle_node()
-    node._in_flight = 1  # running a task: not idle
+    node.load.claimed(1)  # running a task: not idle
     event = dispatcher(node, [0, 0, 0, 0], clock, monkeypatch)
     assert event.waits == [1.0, 1.0, 1.0, 1.0]
 
@@ -176,9 +184,9 @@ def test_on_postgresql_the_backoff_holds_only_while_notify_can_wake_the_node(
     """A broken LISTEN connection means nothing would wake the node: it polls as before."""
     clock = FakeClock()
     node = idle_node()
-    node._listener = SimpleNamespace(listening=threading.Event())  # type: ignore[assignment]
+    node.state.listener = SimpleNamespace(listening=threading.Event())  # type: ignore[assignment]
     if listening:
-        node._listener.listening.set()
+        node.state.listener.listening.set()
     event = dispatcher(node, [0, 0, 0], clock, monkeypatch)
     assert event.waits == waits
 
@@ -187,29 +195,30 @@ def test_on_postgresql_the_backoff_holds_only_while_notify_can_wake_the_node(
 def test_an_idle_dispatcher_still_wakes_for_a_delayed_task(monkeypatch):
     queue.register_topic("work")
     node = idle_node()
-    node._topics = ["work"]
+    node.dispatcher.topics = ["work"]
     for _ in range(3):
-        node._claim_backoff.idle()  # waits 8 s now
+        node.dispatcher.backoff.idle()  # waits 8 s now
     queue.push("work", "later", execute_at=timezone.now() + timedelta(seconds=3))
-    assert 2.0 < node._idle_timeout() <= 3.0
+    assert 2.0 < node.dispatcher.idle_timeout() <= 3.0
 
 
 # --- the scheduler --------------------------------------------------------------------------
 
 
 def schedule_loop(node: Node, monkeypatch, due, *, rounds: int, changes=()):
-    """Run the scheduler loop for ``rounds`` waits with one job due ``due`` after the start
+    """Tick the scheduler loop for ``rounds`` waits with one job due ``due`` after the start
     (None: no job); the schedule changes (NOTIFY) during the waits numbered in ``changes``.
-    Returns the event and the times (seconds after the start) ``submit_due`` ran at."""
-    clock = FakeClock()
-    monkeypatch.setattr(timezone, "now", clock)
+    ``node`` runs on a :class:`FakeClock`. Returns the event and the times (seconds after
+    the start) ``submit_due`` ran at."""
+    clock = node.state.clock
+    assert isinstance(clock, FakeClock)
     submitted: list[float] = []
-    start = clock.now
+    start = clock.now()
     pending = {"at": None if due is None else start + due}
 
     def submit_due(node_name):
-        submitted.append((clock.now - start).total_seconds())
-        if pending["at"] is not None and clock.now >= pending["at"]:
+        submitted.append((clock.now() - start).total_seconds())
+        if pending["at"] is not None and clock.now() >= pending["at"]:
             pending["at"] = None
             return ["run"]
         return []
@@ -224,20 +233,20 @@ def schedule_loop(node: Node, monkeypatch, due, *, rounds: int, changes=()):
         stop(n)
 
     event = FakeEvent(clock, on_wait)
-    node._schedule_changed = event  # type: ignore[assignment]
-    node._schedule_loop()
+    node.scheduler_loop.wake = event
+    run_loop(node.scheduler_loop, node.state.stopping)
     return event, submitted
 
 
 def test_with_nothing_scheduled_the_scheduler_only_reads_next_due_and_backs_off(monkeypatch):
-    node = idle_node(max_poll_interval=5.0)
+    node = idle_node(max_poll_interval=5.0, clock=FakeClock())
     event, submitted = schedule_loop(node, monkeypatch, None, rounds=5)
     assert event.waits == [1.0, 2.0, 4.0, 5.0, 5.0]
     assert submitted == [0.0]  # at start only: the safety-net wakes read next_due alone
 
 
 def test_the_scheduler_sleeps_until_the_next_slot_and_submits_then(monkeypatch):
-    node = idle_node(max_poll_interval=5.0)
+    node = idle_node(max_poll_interval=5.0, clock=FakeClock())
     event, submitted = schedule_loop(node, monkeypatch, timedelta(seconds=12.5), rounds=6)
     # 1 + 2 + 4 + 5 s of back-off, then the 0.5 s left: the loop wakes exactly at the slot;
     # the submission resets the back-off.
@@ -246,7 +255,7 @@ def test_the_scheduler_sleeps_until_the_next_slot_and_submits_then(monkeypatch):
 
 
 def test_a_schedule_change_makes_the_scheduler_submit_and_resets_the_backoff(monkeypatch):
-    node = idle_node(max_poll_interval=5.0)
+    node = idle_node(max_poll_interval=5.0, clock=FakeClock())
     event, submitted = schedule_loop(node, monkeypatch, None, rounds=5, changes=(3,))
     assert event.waits == [1.0, 2.0, 4.0, 1.0, 2.0]
     assert submitted == [0.0, 3.0]  # the change came during the third wait, after 1 + 2 s
@@ -265,7 +274,6 @@ class MonotonicClock:
 
 def standby(monkeypatch, *, notified: bool, lease: Lease):
     clock = MonotonicClock()
-    monkeypatch.setattr(leadership_module.time, "monotonic", clock.monotonic)
     reads: list[float] = []
 
     def read(group, liveness):
@@ -279,7 +287,13 @@ def standby(monkeypatch, *, notified: bool, lease: Lease):
     monkeypatch.setattr(leadership_module.coordination, "lease", read)
     monkeypatch.setattr(leadership_module.coordination, "try_acquire", no_lock)
     lead = Leadership(
-        "g", "n1", liveness=3.0, heartbeat=1.0, on_change=lambda t: None, notified=lambda: notified
+        "g",
+        "n1",
+        liveness=3.0,
+        heartbeat=1.0,
+        on_change=lambda t: None,
+        notified=lambda: notified,
+        clock=clock,
     )
     return lead, clock, reads
 
@@ -355,14 +369,14 @@ def test_submit_due_with_nothing_due_only_looks():
 @pytest.mark.django_db
 def test_the_status_line_costs_nothing_when_nobody_reads_it(caplog):
     node = idle_node()
-    node._topics = ["work"]
+    node.dispatcher.topics = ["work"]
     caplog.set_level(logging.WARNING, logger="django_tasks_coord.node")
     with CaptureQueriesContext(connection) as queries:
-        node._status_line()
+        node.lifeline.status_line()
     assert len(queries) == 0
     caplog.set_level(logging.INFO, logger="django_tasks_coord.node")
     with CaptureQueriesContext(connection) as queries:
-        node._status_line()
+        node.lifeline.status_line()
     assert len(queries) == 1  # the queue depth
     assert "queue_depth=0" in caplog.text
 

@@ -1,7 +1,8 @@
 """Idle nodes in a cluster: chores at a cluster-wide rate, idle heartbeats, NOTIFY-era polls.
 
-The lifeline runs in this thread against a fake monotonic clock and a fake wake-up event: a
-wait returns at once and moves the clock to the deadline, so no test sleeps to let time pass.
+The lifeline ticks in this thread against a fake clock injected into the node and a fake
+wake-up event: a wait returns at once and moves the clock to the deadline, so no test
+sleeps to let time pass.
 """
 
 from __future__ import annotations
@@ -10,15 +11,17 @@ import itertools
 import random
 import statistics
 import threading
-import time
+from datetime import datetime, timedelta
 from types import SimpleNamespace
 
 import pytest
+from django.utils import timezone
 
 from django_tasks_coord import db, owners, queue, topics
 from django_tasks_coord.exceptions import ConfigurationError
 from django_tasks_coord.node import Node
-from tests.node.test_idle import FakeClock, dispatcher, idle_node
+from django_tasks_coord.node.duty import run_loop
+from tests.node.test_idle import FakeClock, FakeEvent, dispatcher, idle_node, schedule_loop
 
 # --- the idle heartbeat -----------------------------------------------------------------------
 
@@ -38,13 +41,18 @@ def test_an_idle_node_beats_every_quarter_liveness_but_never_faster_than_the_hea
 
 
 class LifelineClock:
-    """``time.monotonic`` for the lifeline, moved only by :class:`LifelineEvent` waits."""
+    """The node's clock, moved only by :class:`LifelineEvent` waits (or by the test)."""
 
     def __init__(self) -> None:
-        self.now = 1000.0
+        self.seconds = 1000.0
 
-    def __call__(self) -> float:
-        return self.now
+    def monotonic(self) -> float:
+        return self.seconds
+
+    def now(self) -> datetime:
+        return datetime(2030, 1, 1, tzinfo=timezone.get_current_timezone()) + timedelta(
+            seconds=self.seconds
+        )
 
 
 class LifelineEvent:
@@ -65,24 +73,30 @@ class LifelineEvent:
 
     def wait(self, timeout: float) -> bool:
         if not self.flag:
-            self.clock.now += timeout
-        self.on_wait(round(self.clock.now - 1000.0, 3))
+            self.clock.seconds += timeout
+        self.on_wait(round(self.clock.seconds - 1000.0, 3))
         return self.flag
 
 
+def cluster_node(**overrides) -> Node:
+    """An idle node on a :class:`LifelineClock`."""
+    return idle_node(clock=LifelineClock(), **overrides)
+
+
 def lifeline(node: Node, monkeypatch, *, until: float, live: int = 1, on_wait=None):
-    """Run the lifeline until ``until`` seconds; return the times of heartbeats and sweeps."""
-    clock = LifelineClock()
-    monkeypatch.setattr(time, "monotonic", clock)
+    """Tick the lifeline until ``until`` seconds; return the times of heartbeats and sweeps.
+    ``node`` runs on a :class:`LifelineClock` (:func:`cluster_node`)."""
+    clock = node.state.clock
+    assert isinstance(clock, LifelineClock)
     beats: list[float] = []
     sweeps: list[float] = []
 
     def beat(owner) -> bool:
-        beats.append(round(clock.now - 1000.0, 3))
+        beats.append(round(clock.seconds - 1000.0, 3))
         return True
 
     def sweep(older_than):
-        sweeps.append(round(clock.now - 1000.0, 3))
+        sweeps.append(round(clock.seconds - 1000.0, 3))
         return [], live
 
     monkeypatch.setattr(owners, "heartbeat", beat)
@@ -93,78 +107,76 @@ def lifeline(node: Node, monkeypatch, *, until: float, live: int = 1, on_wait=No
         if on_wait is not None:
             on_wait(at)
         if at > until:
-            node._stopping.set()
+            node.state.stopping.set()
 
-    node._lifeline_wake = LifelineEvent(clock, waited)  # type: ignore[assignment]
-    node._lifeline()
+    node.lifeline.wake = LifelineEvent(clock, waited)  # type: ignore[assignment]
+    run_loop(node.lifeline, node.state.stopping)
     return beats, sweeps
 
 
 def test_an_idle_node_alone_beats_every_idle_heartbeat_and_sweeps_every_reap_interval(
     monkeypatch,
 ):
-    node = idle_node(heartbeat_frequency=1.0, liveness_interval=30.0, reap_interval=5.0)
+    node = cluster_node(heartbeat_frequency=1.0, liveness_interval=30.0, reap_interval=5.0)
     beats, sweeps = lifeline(node, monkeypatch, until=30.0)
     assert beats == [7.5, 15.0, 22.5, 30.0]
     assert sweeps == [5.0, 10.0, 15.0, 20.0, 25.0, 30.0]  # alone: every REAP_INTERVAL, as before
 
 
 def test_a_claim_makes_an_idle_node_beat_at_once_then_every_heartbeat(monkeypatch):
-    node = idle_node(heartbeat_frequency=1.0, liveness_interval=30.0, reap_interval=5.0)
+    node = cluster_node(heartbeat_frequency=1.0, liveness_interval=30.0, reap_interval=5.0)
 
     def on_wait(at: float) -> None:
         if at == 7.5:  # the first idle beat is due; the dispatcher claims right after it
             return
         if at == 10.0 and not node.in_flight:
-            node._add_in_flight(2)  # what _claim_round does: the lifeline is woken
+            node.load.claimed(2)  # what a claim round does: the lifeline is woken
 
     beats, _ = lifeline(node, monkeypatch, until=13.0, on_wait=on_wait)
     assert beats == [7.5, 10.0, 11.0, 12.0, 13.0]
 
 
 def test_a_node_whose_tasks_are_done_goes_back_to_idle_beats(monkeypatch):
-    node = idle_node(heartbeat_frequency=1.0, liveness_interval=30.0, reap_interval=100.0)
-    node._in_flight = 1
+    node = cluster_node(heartbeat_frequency=1.0, liveness_interval=30.0, reap_interval=100.0)
+    node.load.claimed(1)
 
     def on_wait(at: float) -> None:
         if at == 2.0:
-            node._in_flight = 0
+            node.load.left(1)
 
     beats, _ = lifeline(node, monkeypatch, until=17.0, on_wait=on_wait)
     assert beats == [1.0, 2.0, 9.5, 17.0]  # the beat at 2 s chose the idle rate
 
 
 def test_a_group_member_always_beats_every_heartbeat(monkeypatch):
-    node = idle_node(heartbeat_frequency=1.0, liveness_interval=30.0, reap_interval=100.0)
-    node.leadership = SimpleNamespace(beat=lambda: None, retry_in=None)  # type: ignore[assignment]
+    node = cluster_node(heartbeat_frequency=1.0, liveness_interval=30.0, reap_interval=100.0)
+    node.leadership = SimpleNamespace(tick=lambda: 1.0)  # type: ignore[assignment]
     beats, _ = lifeline(node, monkeypatch, until=5.0)
     assert beats == [1.0, 2.0, 3.0, 4.0, 5.0]
 
 
 def test_a_failed_idle_beat_is_retried_after_a_heartbeat(monkeypatch):
-    node = idle_node(heartbeat_frequency=1.0, liveness_interval=30.0, reap_interval=100.0)
     clock = LifelineClock()
-    monkeypatch.setattr(time, "monotonic", clock)
+    node = idle_node(
+        heartbeat_frequency=1.0, liveness_interval=30.0, reap_interval=100.0, clock=clock
+    )
     beats: list[float] = []
 
     def beat(owner) -> bool:
-        beats.append(clock.now - 1000.0)
+        beats.append(clock.seconds - 1000.0)
         if len(beats) == 1:
             raise OSError("the database is away")
         return True
 
     monkeypatch.setattr(owners, "heartbeat", beat)
-    monkeypatch.setattr(Node, "_sweep", lambda self: 1)
-    monkeypatch.setattr(
-        "django_tasks_coord.node.connections", {db.alias(): SimpleNamespace(close=lambda: None)}
-    )
+    monkeypatch.setattr(node.lifeline, "sweep", lambda: 1)
 
     def waited(at: float) -> None:
         if at >= 16.5:
-            node._stopping.set()
+            node.state.stopping.set()
 
-    node._lifeline_wake = LifelineEvent(clock, waited)  # type: ignore[assignment]
-    node._lifeline()
+    node.lifeline.wake = LifelineEvent(clock, waited)  # type: ignore[assignment]
+    run_loop(node.lifeline, node.state.stopping)
     assert beats == [7.5, 8.5, 16.0]
 
 
@@ -173,19 +185,19 @@ def test_a_failed_idle_beat_is_retried_after_a_heartbeat(monkeypatch):
 
 def test_of_n_live_nodes_each_sweeps_every_n_reap_intervals_on_average(monkeypatch):
     node = idle_node(heartbeat_frequency=1.0, liveness_interval=30.0, reap_interval=5.0)
-    node._random = random.Random(7)
-    assert node._sweep_wait(1) == 5.0  # alone: exactly REAP_INTERVAL
-    waits = [node._sweep_wait(8) for _ in range(2000)]
+    node.lifeline.random = random.Random(7)
+    assert node.lifeline.sweep_wait(1) == 5.0  # alone: exactly REAP_INTERVAL
+    waits = [node.lifeline.sweep_wait(8) for _ in range(2000)]
     assert min(waits) >= 20.0 and max(waits) <= 60.0  # 8 x 5 s, +-50%
     assert statistics.mean(waits) == pytest.approx(40.0, rel=0.05)
     # A big cluster: capped at 2 x LIVENESS_INTERVAL (then jittered) on each node.
-    waits = [node._sweep_wait(100) for _ in range(2000)]
+    waits = [node.lifeline.sweep_wait(100) for _ in range(2000)]
     assert min(waits) >= 30.0 and max(waits) <= 90.0
 
 
 def test_a_node_sweeps_at_the_rate_its_last_sweep_counted(monkeypatch):
-    node = idle_node(heartbeat_frequency=1.0, liveness_interval=30.0, reap_interval=5.0)
-    node._random = random.Random(1)
+    node = cluster_node(heartbeat_frequency=1.0, liveness_interval=30.0, reap_interval=5.0)
+    node.lifeline.random = random.Random(1)
     _, sweeps = lifeline(node, monkeypatch, until=400.0, live=8)
     assert sweeps[0] == 5.0  # the first one after REAP_INTERVAL, as before
     gaps = [b - a for a, b in itertools.pairwise(sweeps)]
@@ -201,14 +213,14 @@ def test_the_cluster_sweeps_about_every_reap_interval(monkeypatch):
     nodes = []
     for _ in range(8):
         node = idle_node(heartbeat_frequency=1.0, liveness_interval=30.0, reap_interval=5.0)
-        node._random = random.Random(rng.random())
+        node.lifeline.random = random.Random(rng.random())
         nodes.append(node)
     times: list[float] = []
     for node in nodes:
         at = 5.0
         while at < 3600.0:
             times.append(at)
-            at += node._sweep_wait(8)
+            at += node.lifeline.sweep_wait(8)
     times.sort()
     steady = [t for t in times if t > 100.0]
     gaps = [b - a for a, b in itertools.pairwise(steady)]
@@ -222,9 +234,9 @@ def test_the_cluster_sweeps_about_every_reap_interval(monkeypatch):
 def listening_node(listening: bool | None, **overrides) -> Node:
     node = idle_node(max_poll_interval=5.0, **overrides)
     if listening is not None:
-        node._listener = SimpleNamespace(listening=threading.Event())  # type: ignore[assignment]
+        node.state.listener = SimpleNamespace(listening=threading.Event())  # type: ignore[assignment]
         if listening:
-            node._listener.listening.set()
+            node.state.listener.listening.set()
     return node
 
 
@@ -249,19 +261,17 @@ def test_the_listener_going_down_brings_the_short_polls_back_at_once(monkeypatch
 
     def on_wait(n: int) -> None:
         if n == 6:
-            node._listener.listening.clear()
+            node.state.listener.listening.clear()
         if n >= 8:
-            node._stopping.set()
+            node.state.stopping.set()
 
     clock = FakeClock()
     script = iter([])
-    monkeypatch.setattr(node, "_refresh_topics", lambda: None)
-    monkeypatch.setattr(node, "_claim_round", lambda: next(script, 0))
-    from tests.node.test_idle import FakeEvent
-
-    node._wakeup = FakeEvent(clock, on_wait)  # type: ignore[assignment]
-    node._dispatch_loop()
-    assert node._wakeup.waits == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 1.0, 1.0]
+    monkeypatch.setattr(node.dispatcher, "refresh_topics", lambda: None)
+    monkeypatch.setattr(node.dispatcher, "claim_round", lambda: next(script, 0))
+    node.dispatcher.wake = FakeEvent(clock, on_wait)  # type: ignore[assignment]
+    run_loop(node.dispatcher, node.state.stopping)
+    assert node.dispatcher.wake.waits == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 1.0, 1.0]
 
 
 def test_notified_poll_interval_at_most_max_poll_interval_keeps_todays_cap(monkeypatch):
@@ -271,20 +281,14 @@ def test_notified_poll_interval_at_most_max_poll_interval_keeps_todays_cap(monke
 
 
 def test_the_scheduler_backs_off_to_the_notified_cap_too(monkeypatch):
-    from tests.node.test_idle import schedule_loop
-
-    node = listening_node(True)
+    node = listening_node(True, clock=FakeClock())
     event, submitted = schedule_loop(node, monkeypatch, None, rounds=7)
     assert event.waits == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
     assert submitted == [0.0]
 
 
 def test_the_scheduler_still_wakes_exactly_at_the_next_slot(monkeypatch):
-    from datetime import timedelta
-
-    from tests.node.test_idle import schedule_loop
-
-    node = listening_node(True)
+    node = listening_node(True, clock=FakeClock())
     event, submitted = schedule_loop(node, monkeypatch, timedelta(seconds=50), rounds=7)
     # 1 + 2 + 4 + 8 + 16 s of back-off, then the 19 s left: it wakes at the slot.
     assert event.waits[:6] == [1.0, 2.0, 4.0, 8.0, 16.0, 19.0]
@@ -314,31 +318,30 @@ def test_a_resumed_topic_is_announced_and_the_node_reads_its_topics_at_once(monk
     queue.register_topic("work")
     node = idle_node(poll_interval=1.0)
     queue.pause_topic("work")
-    node._refresh_topics()
-    assert node._topics == []
+    node.dispatcher.refresh_topics()
+    assert node.dispatcher.topics == []
     announced: list[str] = []
     monkeypatch.setattr(db, "notify", lambda conn, payload: announced.append(payload))
     assert queue.resume_topic("work") is True
     assert announced == [topics.RESUMED + "work"]
     assert queue.resume_topic("work") is False  # not paused: nothing to announce
     assert announced == [topics.RESUMED + "work"]
-    node._refresh_topics()
-    assert node._topics == []  # read less than POLL_INTERVAL ago, and nothing told the node
+    node.dispatcher.refresh_topics()
+    assert node.dispatcher.topics == []  # read less than POLL_INTERVAL ago, and nothing told it
     node.wake(announced[0])  # what the NOTIFY (or this process's commit) does
-    assert node._wakeup.is_set()
-    node._refresh_topics()
-    assert node._topics == ["work"]
+    assert node.dispatcher.wake.is_set()
+    node.dispatcher.refresh_topics()
+    assert node.dispatcher.topics == ["work"]
 
 
 @pytest.mark.django_db(transaction=True)
-def test_pausing_is_still_honoured_before_each_claim_after_poll_interval(monkeypatch):
+def test_pausing_is_still_honoured_before_each_claim_after_poll_interval():
     queue.register_topic("work")
-    node = idle_node(poll_interval=1.0)
-    clock = [100.0]
-    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
-    node._refresh_topics()
-    assert node._topics == ["work"]
+    clock = LifelineClock()
+    node = idle_node(poll_interval=1.0, clock=clock)
+    node.dispatcher.refresh_topics()
+    assert node.dispatcher.topics == ["work"]
     queue.pause_topic("work")
-    clock[0] += 1.0  # one POLL_INTERVAL later: the next claim round reads the topics first
-    node._refresh_topics()
-    assert node._topics == []
+    clock.seconds += 1.0  # one POLL_INTERVAL later: the next claim round reads the topics first
+    node.dispatcher.refresh_topics()
+    assert node.dispatcher.topics == []

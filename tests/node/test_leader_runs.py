@@ -16,7 +16,7 @@ from django_tasks_coord.models import Task, TokenHolder
 from django_tasks_coord.node import Node
 from django_tasks_coord.scheduling import scheduler
 from django_tasks_coord.scheduling.runner import group_topic
-from tests.node.conftest import run
+from tests.node.conftest import ShiftedClock, run
 from tests.testapp.models import Run
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -41,7 +41,8 @@ def lose_the_lead_after_claiming(monkeypatch, nodes: list[Node], how: str) -> li
             else:
                 leadership = nodes[0].leadership
                 assert leadership is not None
-                leadership._last_success -= 3600  # no successful beat for a whole lease
+                # No successful beat for a whole lease: its clock (only its) jumps an hour.
+                leadership.clock = ShiftedClock(leadership.clock, 3600)
         return tasks
 
     monkeypatch.setattr(queue, "poll", poll)

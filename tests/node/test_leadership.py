@@ -1,4 +1,5 @@
-"""A leader that cannot heartbeat steps down by itself before a standby may take over (fake clock)."""
+"""A leader that cannot heartbeat steps down by itself before a standby may take over (a fake
+clock, injected)."""
 
 from __future__ import annotations
 
@@ -19,13 +20,11 @@ class FakeClock:
 
 
 @pytest.fixture
-def clock(monkeypatch):
-    fake = FakeClock()
-    monkeypatch.setattr(leadership_module.time, "monotonic", fake.monotonic)
-    return fake
+def clock():
+    return FakeClock()
 
 
-def make(monkeypatch, outcome, lease=None):
+def make(monkeypatch, clock, outcome, lease=None):
     """A Leadership whose token reads return ``lease`` (None: never taken) and whose
     lock attempts return ``outcome()`` (a term, or raise)."""
     changes: list[int | None] = []
@@ -34,7 +33,7 @@ def make(monkeypatch, outcome, lease=None):
     monkeypatch.setattr(
         leadership_module.coordination, "try_acquire", lambda group, node, liveness: outcome()
     )
-    lead = Leadership("g", "n1", liveness=3.0, heartbeat=1.0, on_change=changes.append)
+    lead = Leadership("g", "n1", liveness=3.0, heartbeat=1.0, on_change=changes.append, clock=clock)
     return lead, changes
 
 
@@ -46,7 +45,7 @@ def test_steps_down_one_heartbeat_before_the_lease_could_be_taken(monkeypatch, c
             raise OperationalError("database unreachable")
         return 7
 
-    lead, changes = make(monkeypatch, outcome)
+    lead, changes = make(monkeypatch, clock, outcome)
     lead.beat()
     assert lead.valid_term() == 7
     state["fail"] = True
@@ -70,7 +69,7 @@ def test_token_busy_counts_as_a_missed_beat(monkeypatch, clock):
             raise TokenBusyError("locked")
         return 3
 
-    lead, changes = make(monkeypatch, outcome)
+    lead, changes = make(monkeypatch, clock, outcome)
     lead.beat()
     state["busy"] = True
     clock.now += 1.5
@@ -83,7 +82,7 @@ def test_token_busy_counts_as_a_missed_beat(monkeypatch, clock):
 
 
 def test_a_standby_stays_a_standby(monkeypatch, clock):
-    lead, changes = make(monkeypatch, lambda: None)
+    lead, changes = make(monkeypatch, clock, lambda: None)
     lead.beat()
     assert lead.valid_term() is None
     assert changes == []
@@ -93,7 +92,7 @@ def test_a_healthy_holder_keeps_its_term_without_locking_the_token(monkeypatch, 
     def outcome():
         raise AssertionError("the token must not be locked")
 
-    lead, changes = make(monkeypatch, outcome, Lease(node_id="n1", term=4, seconds_left=2.9))
+    lead, changes = make(monkeypatch, clock, outcome, Lease(node_id="n1", term=4, seconds_left=2.9))
     lead.beat()
     assert lead.valid_term() == 4
     assert lead.retry_in is None
@@ -108,7 +107,9 @@ def test_a_standby_waits_for_the_lease_and_retries_when_it_ends(monkeypatch, clo
     def outcome():
         raise AssertionError("the token must not be locked while the lease holds")
 
-    lead, changes = make(monkeypatch, outcome, Lease(node_id="n2", term=4, seconds_left=left))
+    lead, changes = make(
+        monkeypatch, clock, outcome, Lease(node_id="n2", term=4, seconds_left=left)
+    )
     lead.beat()
     assert lead.valid_term() is None
     assert lead.retry_in == retry_in
@@ -117,7 +118,9 @@ def test_a_standby_waits_for_the_lease_and_retries_when_it_ends(monkeypatch, clo
 
 @pytest.mark.parametrize("holder", ["n2", ""])  # a dead holder, or a released token
 def test_a_standby_locks_the_token_once_a_takeover_is_possible(monkeypatch, clock, holder):
-    lead, changes = make(monkeypatch, lambda: 5, Lease(node_id=holder, term=4, seconds_left=0.0))
+    lead, changes = make(
+        monkeypatch, clock, lambda: 5, Lease(node_id=holder, term=4, seconds_left=0.0)
+    )
     lead.beat()
     assert lead.valid_term() == 5
     assert changes == [5]

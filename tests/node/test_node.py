@@ -242,7 +242,7 @@ def test_a_zombie_starts_no_buffered_task_and_registers_again(make_node, work_to
     handlers.register("work", first_freezes)
     queue.push_many("work", [(f"t{i}", {}) for i in range(5)])
     nodes.append(make_node(workers=1, buffer=10, batch_size=5))
-    nodes[0]._claims.now = lambda: clock[0]
+    nodes[0].state.claims.now = lambda: clock[0]  # the clock its claims are judged by
     assert run(nodes[0]) == 0
     first_owner = seen[0][2]
     again = seen[1:]

@@ -224,7 +224,7 @@ def test_a_node_declared_dead_gives_its_completions_up(make_node, work_topic, mo
     def down(tasks, decision):
         attempts.append(1)
         if len(attempts) == 3:
-            node._lost_ownership()  # what the lifeline does after a liveness interval
+            node.lost_ownership()  # what the lifeline does after a liveness interval
         raise lost()
 
     monkeypatch.setattr(queue, "complete_many", down)

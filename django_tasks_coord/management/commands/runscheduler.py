@@ -21,6 +21,7 @@ from django_tasks_coord.management.commands._arguments import (
     positive_int,
 )
 from django_tasks_coord.node import Node, NodeConfig
+from django_tasks_coord.scheduling import declared
 
 
 def _help(text: str, setting: str, when_unset: str | None = None) -> str:
@@ -195,9 +196,7 @@ class Command(BaseCommand):
             )
         except ConfigurationError as exc:
             raise CommandError(str(exc)) from exc
-        if config.scheduler:
-            from django_tasks_coord.scheduling import declared, runner  # noqa: F401  (jobs consumer)
-
+        if config.scheduler:  # the jobs consumer is registered by the app's ready()
             declared.autodiscover()
             if stops.stop_requested():
                 return
@@ -218,7 +217,11 @@ class Command(BaseCommand):
             sys.exit(code)
 
     def _metrics_server(self, node: Node, port: int | None) -> Any:
-        """Start the node's metrics server if a port is given (flag, else setting)."""
+        """Start the node's metrics server if a port is given (flag, else setting).
+
+        :mod:`django_tasks_coord.metrics.node` is imported here, not at the top: it needs
+        the optional ``[metrics]`` extra, and refuses to import without it.
+        """
         port = app_settings.METRICS_PORT if port is None else port
         if port is None:
             return None
