@@ -37,8 +37,6 @@ try:
 except ImportError:  # the [otel] extra is not installed: tracing is off
     trace = None  # type: ignore[assignment]
 
-from django_tasks_coord import __version__
-from django_tasks_coord.enums import Result
 
 if TYPE_CHECKING:
     from django_tasks_coord.models import Task

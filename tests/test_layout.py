@@ -71,6 +71,10 @@ FUNCTION_IMPORTS: dict[str, str] = {
         "Django up (docs/executors.md); the views it hands long-polls to use models"
     ),
     "api/asgi.py:_respond": "the same: the long-poll view, imported once Django is set up",
+    "management/commands/runscheduler.py:Command._metrics_server": (
+        "metrics.node needs the optional [metrics] extra (prometheus_client) and refuses to "
+        "import without it; only --metrics-port / METRICS_PORT asks for it"
+    ),
 }
 
 #: Modules whose import is meant to register things: the app's own declaring modules,
