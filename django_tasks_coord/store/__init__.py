@@ -14,5 +14,6 @@ write.
 from __future__ import annotations
 
 from django_tasks_coord.store.fencing import held
+from django_tasks_coord.store.jobs import insert_run, insert_runs, succeed_held_run
 
-__all__ = ["held"]
+__all__ = ["held", "insert_run", "insert_runs", "succeed_held_run"]
