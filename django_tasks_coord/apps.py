@@ -17,7 +17,9 @@ class TasksCoordConfig(AppConfig):
     def ready(self) -> None:
         # Registers receivers and checks, and the consumer of the jobs topic.
         from django_tasks_coord import checks, conf, dbviews, topics  # noqa: F401
-        from django_tasks_coord.scheduling import runner  # noqa: F401
+        from django_tasks_coord.scheduling import runner
+
+        runner.register()
 
         # The task_pretty view: out of the way of migrations, then back with the current columns.
         pre_migrate.connect(dbviews.before_migrate, sender=self)
