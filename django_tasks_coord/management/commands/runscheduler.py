@@ -196,7 +196,7 @@ class Command(BaseCommand):
         except ConfigurationError as exc:
             raise CommandError(str(exc)) from exc
         if config.scheduler:
-            from django_tasks_coord.scheduling import declared, runner  # noqa: F401  (jobs consumer)
+            from django_tasks_coord.scheduling import declared
 
             declared.autodiscover()
             if stops.stop_requested():
