@@ -11,8 +11,9 @@ from django_tasks_coord import conf  # noqa: F401  (its setting_changed receiver
 
 #: Modules imported once the app registry is ready, for what importing them registers:
 #: the system checks (``checks``), the topic cache's model signal receivers (``topics``)
-#: and the consumer of the jobs topic (``scheduling.runner``). They import the models,
-#: which Django does not allow before :meth:`TasksCoordConfig.ready`.
+#: and ``scheduling.runner``, whose ``register()`` adds the consumer of the jobs topic.
+#: They import the models, which Django does not allow before
+#: :meth:`TasksCoordConfig.ready`.
 READY_MODULES = (
     "django_tasks_coord.checks",
     "django_tasks_coord.topics",
@@ -29,9 +30,13 @@ class TasksCoordConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        """Import :data:`READY_MODULES`; keep the ``task_pretty`` view out of migrations' way."""
+        """Import :data:`READY_MODULES`, register the jobs consumer, watch migrations.
+
+        The ``task_pretty`` view is kept out of migrations' way.
+        """
         for module in READY_MODULES:
             import_module(module)
+        import_module("django_tasks_coord.scheduling.runner").register()
         # The task_pretty view: out of the way of migrations, then back with the current columns.
         dbviews = import_module("django_tasks_coord.dbviews")  # it imports the models
         pre_migrate.connect(dbviews.before_migrate, sender=self)

@@ -67,8 +67,7 @@ EXEMPT = {
 #: Modules whose writes are being moved into the store on other branches (issue 19),
 #: and by whom. Empty this once those branches are merged.
 PENDING = {
-    "scheduling/": "sched (store/jobs.py)",
-    "node/": "node (store/terms.py) and completion (node/completer.py)",
+    "node/": "completion (node/completer.py)",
     "backends/": "completion (store/completion.py)",
     "attempts.py": "completion (store/attempts.py)",
     "handlers.py": "completion (store/completion.py)",

@@ -44,7 +44,7 @@ from django_tasks_coord import db
 from django_tasks_coord.conf import app_settings
 from django_tasks_coord.enums import TaskState
 from django_tasks_coord.models import HealthCheck, Owner, PeriodicTask, Task, TokenHolder, Topic
-from django_tasks_coord.scheduling.runner import GROUP_TOPIC_PREFIX, JOBS_TOPIC
+from django_tasks_coord.scheduling.names import GROUP_TOPIC_PREFIX, JOBS_TOPIC
 
 #: A topic's count in one state is exact up to this many tasks, an estimate above.
 EXACT_BELOW = 10_000

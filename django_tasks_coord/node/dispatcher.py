@@ -29,7 +29,7 @@ from django_tasks_coord.node.load import Load
 from django_tasks_coord.node.pool import Job, WorkerPool
 from django_tasks_coord.node.state import NodeState
 from django_tasks_coord.node.wakeup import WakeEvent
-from django_tasks_coord.scheduling.runner import GROUP_TOPIC_PREFIX, group_topic
+from django_tasks_coord.scheduling.names import GROUP_TOPIC_PREFIX, group_topic
 
 logger = logging.getLogger("django_tasks_coord.node")
 

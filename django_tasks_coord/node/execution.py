@@ -26,7 +26,7 @@ from django_tasks_coord.models import Task
 from django_tasks_coord.node.completer import Completer
 from django_tasks_coord.node.load import Load
 from django_tasks_coord.node.state import NodeState
-from django_tasks_coord.scheduling.runner import GROUP_TOPIC_PREFIX
+from django_tasks_coord.scheduling.names import GROUP_TOPIC_PREFIX
 
 logger = logging.getLogger("django_tasks_coord.node")
 

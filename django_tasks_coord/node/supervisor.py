@@ -60,12 +60,8 @@ from django_tasks_coord.node.subscriptions import Subscriptions
 from django_tasks_coord.node.wakeup import Listener, WakeEvent, listen_supported
 from django_tasks_coord.retention import Housekeeper
 from django_tasks_coord.scheduling.loop import SchedulerLoop
-from django_tasks_coord.scheduling.runner import (
-    JOBS_TOPIC,
-    SCHEDULE_CHANGED,
-    group_topic,
-    job_task_type,
-)
+from django_tasks_coord.scheduling.names import JOBS_TOPIC, SCHEDULE_CHANGED, group_topic
+from django_tasks_coord.scheduling.runner import job_task_type
 from django_tasks_coord.topics import RESUMED
 
 __all__ = ["EXIT_LOST_OWNERSHIP", "EXIT_OK", "EXIT_SIDE_TASK_FAILED", "Node"]

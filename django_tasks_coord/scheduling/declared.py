@@ -23,6 +23,8 @@ from django.utils.module_loading import autodiscover_modules, import_string
 from django_tasks_coord import db
 from django_tasks_coord.exceptions import InvalidArgumentError, JobDefinitionError, TimerError
 from django_tasks_coord.models import JobKind, PeriodicTask
+from django_tasks_coord.scheduling.definition import job_fields
+from django_tasks_coord.scheduling.jobs import schedule_periodic
 from django_tasks_coord.timers import Timer, parse
 
 logger = logging.getLogger(__name__)
@@ -62,8 +64,6 @@ def job(
         raise TimerError(f"{_declaration_site(name)}: {exc}") from exc
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
-        from django_tasks_coord.scheduling import job_fields
-
         path = f"{func.__module__}.{func.__qualname__}"
         declaration = Declaration(name or path, path, parsed, options)
         try:  # the options now, not at the node's start-up (sync_declared); the callable
@@ -158,8 +158,6 @@ def autodiscover() -> None:
 
 def sync_declared() -> dict[str, list[str]]:
     """Make ``periodic_task`` match the declarations; return the job ids per change."""
-    from django_tasks_coord.scheduling import schedule_periodic
-
     changes: dict[str, list[str]] = {"created": [], "updated": [], "unchanged": [], "disabled": []}
     rows = {row.id: row for row in PeriodicTask.objects.using(db.alias()).all()}
     for name, declaration in declarations().items():
@@ -189,8 +187,6 @@ def sync_declared() -> dict[str, list[str]]:
 
 def _same(row: PeriodicTask, declaration: Declaration) -> bool:
     """Whether the stored job already is exactly what the declaration says."""
-    from django_tasks_coord.scheduling import job_fields
-
     _, fields = job_fields(
         declaration.path,
         JobKind.PERIODIC,

@@ -1,15 +1,21 @@
 """Which slots of a job to submit now: pure functions of the job and ``now``.
 
 No database and no clock here: the scheduler passes ``now`` in, and tests do too.
+:func:`timing_of` turns a ``periodic_task`` row (already read) into the
+:class:`JobTiming` the other functions take.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
-from django_tasks_coord.models import CatchUp
-from django_tasks_coord.timers import Timer
+from django_tasks_coord.models import CatchUp, JobKind
+from django_tasks_coord.timers import Interval, Timer, parse
+
+if TYPE_CHECKING:
+    from django_tasks_coord.models import PeriodicTask
 
 #: At most this many past slots are walked through when a job is far behind; beyond
 #: that the job skips ahead (see :func:`plan`).
@@ -41,6 +47,24 @@ class JobTiming:
     def runs_left(self) -> int | None:
         """How many more runs ``max_count`` allows (None: unlimited)."""
         return None if self.max_count < 0 else max(self.max_count - self.run_count, 0)
+
+
+def timing_of(job: PeriodicTask) -> JobTiming:
+    """The planner's view of a job row; ``ValueError`` if its stored timer no longer parses."""
+    timer = parse(job.timer, tz=job.tz or None)
+    if job.kind == JobKind.RECURRING and isinstance(timer, Interval) and job.start_time:
+        timer = Interval(timer.period, anchor=job.start_time, tz=timer.tz)
+    return JobTiming(
+        timer=timer,
+        max_count=job.max_count,
+        run_count=job.run_count,
+        start_time=job.start_time,
+        end_time=job.end_time,
+        catch_up=CatchUp(job.catch_up),
+        catch_up_limit=job.catch_up_limit,
+        waiting_time=job.waiting_time,
+        fixed_delay=job.fixed_delay,
+    )
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,11 @@
 A run is a task of topic :data:`JOBS_TOPIC` whose identifier is the job id and whose
 ``slot`` is the time it fires for; its payload holds the callable's dotted path and
 arguments as they were when it was submitted.
+
+Importing this module registers nothing: :func:`register` makes :data:`job_task_type`
+the consumer of the jobs topic, and the app's ``AppConfig.ready()`` calls it. The topic
+names (:data:`JOBS_TOPIC`...) live in :mod:`~django_tasks_coord.scheduling.names` and
+are re-exported here.
 """
 
 from __future__ import annotations
@@ -19,31 +24,22 @@ from django.db.models import F
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from django_tasks_coord import coordination, db, signals
+from django_tasks_coord import coordination, db, signals, store
 from django_tasks_coord.enums import Decision, ErrorPolicy, Result, TaskState
 from django_tasks_coord.exceptions import FencedError, InvalidArgumentError, JobImportError
 from django_tasks_coord.handlers import TaskType, registry
 from django_tasks_coord.models import Owner, PeriodicTask, Task
 from django_tasks_coord.retry import DEFAULT_RETRY, RetryPolicy
+from django_tasks_coord.scheduling.names import (
+    GROUP_TOPIC_PREFIX,
+    JOBS_TOPIC,
+    SCHEDULE_CHANGED,
+    group_of,
+    group_topic,
+)
+from django_tasks_coord.scheduling.planner import after_run, timing_of
 
 logger = logging.getLogger(__name__)
-
-#: The topic every job run is pushed to.
-JOBS_TOPIC = "tasks_coord.jobs"
-#: NOTIFY payload telling schedulers that a schedule changed or a run ended.
-SCHEDULE_CHANGED = "tasks_coord.schedule"
-#: Runs of a group's leader-only jobs go to ``GROUP_TOPIC_PREFIX + group``.
-GROUP_TOPIC_PREFIX = "tasks_coord.group."
-
-
-def group_topic(group: str) -> str:
-    """The topic of ``group``'s leader-only runs, processed only by the group's leader."""
-    return GROUP_TOPIC_PREFIX + group
-
-
-def group_of(topic: str) -> str | None:
-    """The group whose leader topic ``topic`` is, or None."""
-    return topic[len(GROUP_TOPIC_PREFIX) :] if topic.startswith(GROUP_TOPIC_PREFIX) else None
 
 
 @dataclass(frozen=True)
@@ -89,13 +85,10 @@ class JobContext:
             raise InvalidArgumentError(
                 f"Job {self.job_id!r} is not leader-only: it has no term to fence with."
             )
-        run = Task.objects.using(db.alias()).filter(
-            pk=self.task.pk, state=TaskState.ACTIVE, exec_id=self.task.exec_id
-        )
         with coordination.fenced(self.group, self.node_id, self.term):
             yield
             finished = timezone.now()
-            if run.update(state=TaskState.SUCCEEDED, finished_at=finished, owner=None) != 1:
+            if not store.succeed_held_run(self.task, finished_at=finished):
                 raise FencedError(
                     f"Run #{self.task.pk} of job {self.job_id!r} is no longer held by "
                     f"{self.node_id}: it was handed to another node."
@@ -214,9 +207,6 @@ class JobTaskType(TaskType):
 
     def on_outcome(self, task: Task, decision: Decision) -> None:
         """Record the run's outcome on its job; apply the job's error policy and fixed delay."""
-        from django_tasks_coord.scheduling.planner import after_run
-        from django_tasks_coord.scheduling.scheduler import timing_of
-
         jobs = PeriodicTask.objects.using(db.alias()).filter(pk=task.identifier)
         job = jobs.first()
         if job is None:
@@ -281,12 +271,16 @@ def _send_finished(task: Task, decision: Decision) -> None:
     )
 
 
-#: The consumer of :data:`JOBS_TOPIC`. Errors are handled per job (``on_outcome``), so the
-#: topic-level policy only continues: a failing job never pauses the other jobs.
-job_task_type = registry.add(
-    JOBS_TOPIC,
-    JobTaskType(name=JOBS_TOPIC, func=execute_job, error_policy=ErrorPolicy.CONTINUE),
-)
+#: The consumer of :data:`JOBS_TOPIC` (and of each group's leader topic, on its leader).
+#: Errors are handled per job (``on_outcome``), so the topic-level policy only continues:
+#: a failing job never pauses the other jobs.
+job_task_type = JobTaskType(name=JOBS_TOPIC, func=execute_job, error_policy=ErrorPolicy.CONTINUE)
+
+
+def register() -> None:
+    """Make :data:`job_task_type` the consumer of :data:`JOBS_TOPIC` (``AppConfig.ready()``)."""
+    registry.add(JOBS_TOPIC, job_task_type)
+
 
 __all__ = [
     "GROUP_TOPIC_PREFIX",
@@ -298,5 +292,8 @@ __all__ = [
     "group_of",
     "group_topic",
     "import_problem",
+    "job_task_type",
+    "register",
+    "retry_policy",
     "run_payload",
 ]

@@ -1,20 +1,21 @@
 """The scheduler every node runs: submit each due slot of each job exactly once.
 
 Due jobs are claimed with ``SELECT ... FOR UPDATE SKIP LOCKED`` (serialized writes on
-SQLite); in the same transaction the runs are pushed to the jobs topic and
-``nextrun`` advances, so a slot is submitted once however many nodes run the
-scheduler, and a node that dies mid-way leaves nothing behind (the transaction rolls
-back). The unique (topic, identifier, slot) constraint on tasks is the backstop.
+SQLite); in the same transaction the runs are inserted into the jobs topic (by the task
+store, :func:`django_tasks_coord.store.insert_runs`) and ``nextrun`` advances, so a
+slot is submitted once however many nodes run the scheduler, and a node that dies
+mid-way leaves nothing behind (the transaction rolls back). The unique (topic,
+identifier, slot) constraint on tasks is the backstop.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db import IntegrityError
 from django.db.models import (
     BooleanField,
     CharField,
@@ -30,42 +31,14 @@ from django.db.models import (
 from django.db.models.functions import Concat
 from django.utils import timezone
 
-from django_tasks_coord import db, signals
+from django_tasks_coord import db, signals, store
 from django_tasks_coord.enums import TaskState, WaitingPolicy
-from django_tasks_coord.models import CatchUp, JobKind, PeriodicTask, Task, Topic
-from django_tasks_coord.scheduling.planner import JobTiming, plan
-from django_tasks_coord.scheduling.runner import (
-    GROUP_TOPIC_PREFIX,
-    JOBS_TOPIC,
-    group_topic,
-    run_payload,
-)
-from django_tasks_coord.timers import Interval, parse
+from django_tasks_coord.models import PeriodicTask, Task, Topic
+from django_tasks_coord.scheduling.names import GROUP_TOPIC_PREFIX, JOBS_TOPIC, run_topic
+from django_tasks_coord.scheduling.planner import plan, timing_of
+from django_tasks_coord.scheduling.runner import run_payload
 
 logger = logging.getLogger(__name__)
-
-
-def timing_of(job: PeriodicTask) -> JobTiming:
-    """The planner's view of a job row."""
-    timer = parse(job.timer, tz=job.tz or None)
-    if job.kind == JobKind.RECURRING and isinstance(timer, Interval) and job.start_time:
-        timer = Interval(timer.period, anchor=job.start_time, tz=timer.tz)
-    return JobTiming(
-        timer=timer,
-        max_count=job.max_count,
-        run_count=job.run_count,
-        start_time=job.start_time,
-        end_time=job.end_time,
-        catch_up=CatchUp(job.catch_up),
-        catch_up_limit=job.catch_up_limit,
-        waiting_time=job.waiting_time,
-        fixed_delay=job.fixed_delay,
-    )
-
-
-def run_topic(job: PeriodicTask) -> str:
-    """The topic a job's runs go to: its group's leader topic for leader-only jobs."""
-    return group_topic(job.group) if job.leader_only else JOBS_TOPIC
 
 
 def _run_in_flight() -> Q:
@@ -130,18 +103,9 @@ def submit_due(node: str = "", now: datetime | None = None, limit: int = 500) ->
             return []
         missed: Counter[str] = Counter()
         planned = [(job, _plan_job(job, now, missed)) for job in due]
-        runs = [task for _, tasks in planned for task in tasks]
-        try:
-            with db.write_transaction():
-                created = Task.objects.using(using).insert(runs) if runs else []
-        except IntegrityError:
-            created = []
-            for job, tasks in planned:
-                created.extend(_insert_one_job(job, tasks, using))
+        created = _insert_runs(planned, using)
         added = Counter(task.identifier for task in created)
         _save_jobs([job for job, _ in planned], added, missed, node, now, using)
-        for topic in {task.topic_id for task in created}:
-            db.notify(conn, topic)
     for task in created:
         logger.info(
             "Job %s: submitted the run for slot %s.",
@@ -189,17 +153,20 @@ def _save_jobs(
             )
 
 
-def _insert_one_job(job: PeriodicTask, tasks: list[Task], using: str) -> list[Task]:
-    try:
-        with db.write_transaction():
-            return Task.objects.using(using).insert(tasks) if tasks else []
-    except IntegrityError:
-        logger.error(
-            "Job %s: a run for slot(s) %s exists already; not submitted twice.",
-            job.id,
-            [t.slot for t in tasks],
-        )
-        return []
+def _insert_runs(planned: Sequence[tuple[PeriodicTask, list[Task]]], using: str) -> list[Task]:
+    """Insert the planned runs; a job whose runs conflict with an existing one submits none."""
+    created: list[Task] = []
+    inserted = store.insert_runs([tasks for _, tasks in planned], using=using)
+    for (job, tasks), runs in zip(planned, inserted, strict=True):
+        if runs is None:
+            logger.error(
+                "Job %s: a run for slot(s) %s exists already; not submitted twice.",
+                job.id,
+                [t.slot for t in tasks],
+            )
+        else:
+            created.extend(runs)
+    return created
 
 
 def _plan_job(job: PeriodicTask, now: datetime, missed: Counter[str]) -> list[Task]:
@@ -264,4 +231,4 @@ def running_jobs() -> list[str]:
     return sorted(set(runs.values_list("identifier", flat=True)))
 
 
-__all__ = ["next_due", "running_jobs", "schedulable", "submit_due", "timing_of"]
+__all__ = ["next_due", "run_topic", "running_jobs", "schedulable", "submit_due", "timing_of"]

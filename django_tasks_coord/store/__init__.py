@@ -20,6 +20,19 @@ from __future__ import annotations
 
 from django_tasks_coord.store import claims, finish, handout, insert, prune, revive
 from django_tasks_coord.store.fencing import held
+from django_tasks_coord.store.jobs import insert_run, insert_runs, succeed_held_run
 from django_tasks_coord.store.terms import stamp_term
 
-__all__ = ["claims", "finish", "handout", "held", "insert", "prune", "revive", "stamp_term"]
+__all__ = [
+    "claims",
+    "finish",
+    "handout",
+    "held",
+    "insert",
+    "insert_run",
+    "insert_runs",
+    "prune",
+    "revive",
+    "stamp_term",
+    "succeed_held_run",
+]

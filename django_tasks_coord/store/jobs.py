@@ -1,0 +1,85 @@
+"""Writes of job runs: the task rows scheduling inserts, and a fenced run's finish.
+
+A run of a job is a task of the jobs topic (or of a group's leader topic) whose
+identifier is the job id and whose ``slot`` is the time it fires for. Scheduling
+decides which runs to submit; the rows are written here. The job rows themselves
+(``periodic_task``) are not the task table: scheduling writes those.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from django.db import IntegrityError
+
+from django_tasks_coord import db
+from django_tasks_coord.enums import TaskState
+from django_tasks_coord.models import Task
+from django_tasks_coord.store.fencing import held
+
+
+def _insert_and_notify(tasks: Sequence[Task], using: str) -> list[Task]:
+    """Insert ``tasks`` and wake the nodes of their topics when the transaction commits."""
+    if not tasks:
+        return []
+    created = Task.objects.using(using).insert(list(tasks))
+    conn = db.connection()
+    for topic in dict.fromkeys(task.topic_id for task in created):
+        db.notify(conn, topic)
+    return created
+
+
+def insert_run(run: Task, *, using: str | None = None) -> Task:
+    """Insert one run outside any slot (``run_now``) and wake its topic's nodes.
+
+    Runs in the caller's transaction, if one is open.
+    """
+    return _insert_and_notify([run], using or db.alias())[0]
+
+
+def insert_runs(
+    batches: Sequence[Sequence[Task]], *, using: str | None = None
+) -> list[list[Task] | None]:
+    """Insert the runs of several jobs (one batch per job) and wake their topics' nodes.
+
+    One statement for every batch; if it conflicts with a run that exists already (the
+    unique (topic, identifier, slot) constraint), each batch is inserted on its own and
+    only the batches that conflict are left out. Returns, per batch and in the order
+    given, the inserted runs, or None for a batch that conflicted. Each attempt runs in
+    a savepoint of the caller's transaction.
+    """
+    using = using or db.alias()
+    try:
+        with db.write_transaction():
+            created = _insert_and_notify([run for batch in batches for run in batch], using)
+    except IntegrityError:
+        return [_insert_batch(batch, using) for batch in batches]
+    inserted: list[list[Task] | None] = []
+    for batch in batches:
+        inserted.append(created[: len(batch)])
+        created = created[len(batch) :]
+    return inserted
+
+
+def _insert_batch(batch: Sequence[Task], using: str) -> list[Task] | None:
+    if not batch:
+        return []
+    try:
+        with db.write_transaction():
+            return _insert_and_notify(batch, using)
+    except IntegrityError:
+        return None
+
+
+def succeed_held_run(run: Task, *, finished_at: datetime, using: str | None = None) -> bool:
+    """Mark ``run`` SUCCEEDED if it is still ACTIVE under its claim; whether it was.
+
+    The last step of :meth:`~django_tasks_coord.scheduling.runner.JobContext.fenced`,
+    inside the caller's fenced transaction.
+    """
+    rows = held([run], using=using)
+    return rows.update(state=TaskState.SUCCEEDED, finished_at=finished_at, owner=None) == 1
+
+
+__all__ = ["insert_run", "insert_runs", "succeed_held_run"]
