@@ -18,10 +18,12 @@ from django.utils.module_loading import autodiscover_modules
 
 from django_tasks_coord import db, topics
 from django_tasks_coord.backends.backend import DatabaseBackend, coord_backends
+from django_tasks_coord.backends.worker import DJANGO_TASK_TYPE
 from django_tasks_coord.enums import COMPLETED_MAX, COMPLETED_MIN, TaskState
 from django_tasks_coord.handlers import registry
 from django_tasks_coord.models import Task as TaskRow
 from django_tasks_coord.retention import delete_finished
+from django_tasks_coord.scheduling import declared
 
 logger = logging.getLogger(__name__)
 
@@ -32,8 +34,6 @@ PRUNE_BATCH = 1000
 
 def prepare_node() -> None:
     """Make this process's node run the tasks of every ``DatabaseBackend`` (see the module docstring)."""
-    from django_tasks_coord.backends.worker import DJANGO_TASK_TYPE
-
     backends = coord_backends()
     if not backends:
         return
@@ -45,8 +45,6 @@ def prepare_node() -> None:
                 registry.add(name, dataclasses.replace(DJANGO_TASK_TYPE, name=name))
     autodiscover_modules("tasks")
     if any(backend.result_retention is not None for backend in backends):
-        from django_tasks_coord.scheduling import declared
-
         declared.job("hourly", name=PRUNE_JOB)(prune_job)
 
 
