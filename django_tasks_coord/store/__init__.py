@@ -13,6 +13,8 @@ write.
 
 from __future__ import annotations
 
+from django_tasks_coord.store.attempts import write_log
+from django_tasks_coord.store.completion import Change, write_changes
 from django_tasks_coord.store.fencing import held
 
-__all__ = ["held"]
+__all__ = ["Change", "held", "write_changes", "write_log"]
