@@ -40,6 +40,7 @@ from django.db.models import Case, Count, Min, Q, QuerySet, UUIDField, Value, Wh
 from django.utils import timezone
 
 from django_tasks_coord import db, definitions
+from django_tasks_coord.attempts import Attempt
 from django_tasks_coord.definitions import Definition
 from django_tasks_coord.enums import COMPLETED_MIN, IN_FLIGHT, TaskState
 from django_tasks_coord.exceptions import (
@@ -417,8 +418,8 @@ def start(task_id: int, exec_id: uuid.UUID | str, *, now: datetime | None = None
     with db.write_transaction():
         task, definition = _held(task_id, exec_id, TaskState.REQUESTED, "start", "requested")
         task.attempts += 1
-        log = [*(task.attempt_log or []), {"attempt": task.attempts, "exec_id": str(task.exec_id)}]
-        log[-1]["started_at"] = now.isoformat()
+        entry = Attempt(task.attempts, exec_id=str(task.exec_id), started_at=now.isoformat())
+        log = [*(task.attempt_log or []), entry.to_json()]
         _save(
             task,
             state=TaskState.ACTIVE,
@@ -649,9 +650,8 @@ def _close_attempt(task: Task, now: datetime, outcome: str, reason: str) -> None
     """Write the end of the running attempt into ``task.attempt_log`` (in memory)."""
     log = list(task.attempt_log or [])
     if log and "finished_at" not in log[-1]:
-        log[-1] = {**log[-1], "finished_at": now.isoformat(), "outcome": outcome}
-        if reason:
-            log[-1]["reason"] = str(reason)
+        ended = Attempt.from_json(log[-1]).end(outcome, now=now, reason=str(reason) or None)
+        log[-1] = ended.to_json()
     task.attempt_log = log
 
 

@@ -30,7 +30,6 @@ from django.db.models import Exists, Min
 from django.utils import timezone
 
 from django_tasks_coord import coordination, db, executions, owners, queue, signals, topics
-from django_tasks_coord.attempts import record as record_attempt
 from django_tasks_coord.enums import Decision, Result, TaskState, WaitingPolicy
 from django_tasks_coord.exceptions import DuplicateOwnerError, OwnerExpiredError, TasksCoordError
 from django_tasks_coord.handlers import HandlerNotFoundError, Registry, TaskType, registry
@@ -397,6 +396,8 @@ class Node:
             else:
                 self.finish(task_type, task, verdict, final=True)
         if runnable:
+            assert self._completer is not None
+            self._completer.starting(task_type, runnable)  # @task: log each attempt's start
             started = time.monotonic()
             decisions = task_type.run(runnable)
             self._task_seconds.add((time.monotonic() - started) / len(runnable))
@@ -479,8 +480,7 @@ class Node:
         ``final`` failures (no handler, attempts used up by dead nodes) are never retried.
         """
         assert self._completer is not None
-        # consumers' attempt log
-        record_attempt(task_type, task, decision, self.node_id, wait=self.wait_unless_forced)
+        decision = self._completer.attempt_ended(task_type, task, decision)  # its log entry
         retry_at = None
         if not final and task_type is not None and decision.result is Result.FAILURE:
             retry_at = db.retry_while_lost(  # a job's policy is read from the database
