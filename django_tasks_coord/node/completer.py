@@ -10,18 +10,15 @@ completer writes every kind of task's outcome:
 - the others are grouped by what they share (same result, same message, no
   exception) and each group completed with one ``queue.complete_many``.
 
-Then it applies error policies, keeps the topics' failure streaks and calls the task
-types' ``on_outcome``. It also writes the attempt log of running tasks, batched with
+Then it hands them to their follow-ups (:mod:`~django_tasks_coord.node.follow_ups`).
+It also writes the attempt log of running tasks, batched with
 everything else handed over meanwhile: the end of a failed attempt (:meth:`attempt_ended`,
 waited for by its worker: the node retries or fails the task right after, and must
 find it written) and, for task types that log every attempt (``@task``), its start
 (:meth:`starting`), written only if the attempt still runs :data:`START_DELAY` seconds
 later: a shorter attempt's outcome carries its whole log anyway, so most tasks cost
-one batched write. An attempt whose node dies before its start was written shows as
-lost with an unknown worker.
-
-A node killed between a task's end and its completion runs that task again after
-the liveness interval: execution is at least once.
+one batched write. A node killed between a task's end and its completion runs that
+task again after the liveness interval: execution is at least once.
 
 A write that fails because the database connection broke (a restart, a killed
 connection) is not dropped: the completer closes its connection, backs off
@@ -146,9 +143,13 @@ class Completer(threading.Thread):
             if not attempts.must_log(task, decision):
                 return decision
             entry = attempts.ended(task, decision, self.node.node_id)
-        if decision.result is not Result.FAILURE and (
-            task_type is None or task_type.may_complete(task)
-        ):
+        try:  # a run the node may not complete is released: its entry must not wait for that
+            rides = decision.result is not Result.FAILURE and (
+                task_type is None or task_type.may_complete(task)
+            )
+        except Exception:  # noqa: BLE001 - the node asks again, and handles it, right after
+            rides = False
+        if rides:
             return dataclasses.replace(decision, attempt=entry)
         self._write_log(task, entry.into(task.attempt_log))
         return dataclasses.replace(decision, attempt=None)
