@@ -20,15 +20,13 @@ later: a shorter attempt's outcome carries its whole log anyway, so most tasks c
 one batched write. A node killed between a task's end and its completion runs that
 task again after the liveness interval: execution is at least once.
 
-A write that fails because the database connection broke (a restart, a killed
-connection) is not dropped: the completer closes its connection, backs off
-(:class:`~django_tasks_coord.db.Reconnect`) and writes the same batch again until the
-database answers, or until the node must stop at once (declared dead: its tasks belong
-to others then; or a second stop request). Its follow-ups (failure streaks, error
-policies, ``on_outcome``) are retried the same way. Writes are fenced by their claim,
-so a batch whose commit went through just before the connection broke matches nothing
-the second time; such tasks, found finished under their own claim with the outcome
-written, count as completed once.
+A write that fails because the database connection broke is not dropped: the completer
+backs off (:class:`~django_tasks_coord.db.Reconnect`) and writes the same batch again
+until the database answers, or until the node must stop at once (declared dead, or a
+second stop request). Follow-ups are retried the same way. Writes are fenced by their
+claim: a batch whose commit went through just before the connection broke matches
+nothing the second time, and its tasks, found finished under their own claim with the
+outcome written, count as completed once.
 """
 
 from __future__ import annotations
@@ -79,8 +77,7 @@ class LogWrite:
     superseded: list[LogWrite] = field(default_factory=list)  # delayed starts it replaces
 
     def wait(self) -> bool | None:
-        """True if written, False if the claim was lost, None if the batch failed (write
-        it yourself)."""
+        """True: written; False: the claim was lost; None: failed (write it yourself)."""
         self.done.wait()
         return self.change.ok
 
@@ -305,14 +302,22 @@ class Completer(threading.Thread):
             self._complete_one(item)
 
     def _write_own_values(self, items: list[Item]) -> None:
-        """Complete tasks whose outcomes carry values of their own, per-row in one ``UPDATE``."""
+        """Complete tasks whose outcomes carry values of their own, per-row in one ``UPDATE``;
+        if that fails, each alone (one row's values must not sink the others')."""
         changes = [store.Change(task, _completion(task, decision)) for _, task, decision in items]
         try:
             self._retrying(lambda: store.write_changes(changes))
         except Exception:
-            logger.exception("Completing %s task(s) failed; they will expire.", len(items))
-            self.node.done(len(items))
-            return
+            logger.exception("Writing %s outcome(s) at once failed; each alone now.", len(items))
+            for change in changes:
+                try:
+                    self._retrying(functools.partial(store.write_changes, [change]))
+                except Exception:
+                    logger.exception(
+                        "Completing task %s failed; it will expire.",
+                        change.task,
+                        extra=log_extra(change.task, self.node.node_id),
+                    )
         written = []
         for item, change in zip(items, changes, strict=True):
             task = item[1]
@@ -320,7 +325,7 @@ class Completer(threading.Thread):
                 for name, value in change.fields.items():
                     setattr(task, name, value)
                 written.append(item)
-            else:
+            elif change.ok is False:
                 logger.warning(
                     "Task %s could not be completed: its claim was lost (replaced, cancelled, "
                     "or handed to another node); its outcome is discarded.",
@@ -328,6 +333,8 @@ class Completer(threading.Thread):
                     extra=log_extra(task, self.node.node_id),
                 )
                 self.node.done(1)
+            else:
+                self.node.done(1)  # its write failed (logged above): it expires
         self._follow_ups.completed(written)
 
     def _complete_one(self, item: Item) -> None:
