@@ -7,13 +7,16 @@ services can share them without import cycles.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
-from typing import Any, Self
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Self
 
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
 from django_tasks_coord.exceptions import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from django_tasks_coord.attempts import Attempt
 
 
 class TaskState(models.IntegerChoices):
@@ -120,6 +123,14 @@ _RESULT_STATES = {
 }
 
 
+class _Unset(enum.Enum):
+    UNSET = "unset"
+
+
+#: :attr:`Decision.value` of a decision that returns no value (``Task.result`` is left alone).
+UNSET = _Unset.UNSET
+
+
 class Junction(_Choice):
     """When ``junction`` starts the tasks of several identifiers together."""
 
@@ -135,12 +146,20 @@ class Decision:
     as its class, message and traceback. ``continue_`` (the source system's
     ``continue`` flag) lets a composite task go on to its next steps after a step
     decided something other than SUCCESS; see :mod:`django_tasks_coord.composite`.
+
+    A task type returns the rest of its outcome here too, for the node to write with
+    the completion: ``value`` (stored in ``Task.result``; :data:`UNSET` leaves it as it
+    is) and ``attempt``, the :class:`~django_tasks_coord.attempts.Attempt` entry of the
+    attempt that ended (see :mod:`django_tasks_coord.attempts`). Neither takes part in
+    comparisons: two decisions are equal when they decide the same.
     """
 
     result: Result
     message: str | None = None
     exception: BaseException | None = None
     continue_: bool = False
+    value: Any = field(default=UNSET, compare=False)
+    attempt: Attempt | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "result", Result.coerce(self.result, "result"))

@@ -15,6 +15,7 @@ from datetime import datetime
 from django.db.models import Q
 
 from django_tasks_coord import db, definitions
+from django_tasks_coord.attempts import Attempt
 from django_tasks_coord.enums import COMPLETED_MIN, TaskState
 from django_tasks_coord.exceptions import (
     InvalidArgumentError,
@@ -119,9 +120,8 @@ def close_attempt(task: Task, now: datetime, outcome: str, reason: str) -> None:
     """Write the end of the running attempt into ``task.attempt_log`` (in memory)."""
     log = list(task.attempt_log or [])
     if log and "finished_at" not in log[-1]:
-        log[-1] = {**log[-1], "finished_at": now.isoformat(), "outcome": outcome}
-        if reason:
-            log[-1]["reason"] = str(reason)
+        ended = Attempt.from_json(log[-1]).end(outcome, now=now, reason=str(reason) or None)
+        log[-1] = ended.to_json()
     task.attempt_log = log
 
 

@@ -45,6 +45,7 @@ from django.db.models import Min, QuerySet
 from django.utils import timezone
 
 from django_tasks_coord import db, definitions
+from django_tasks_coord.attempts import Attempt
 from django_tasks_coord.definitions import Definition
 from django_tasks_coord.enums import TaskState
 from django_tasks_coord.exceptions import ExecutionConflictError, InvalidArgumentError
@@ -267,8 +268,8 @@ def start(task_id: int, exec_id: uuid.UUID | str, *, now: datetime | None = None
     with db.write_transaction():
         task, definition = _held(task_id, exec_id, TaskState.REQUESTED, "start", "requested")
         task.attempts += 1
-        log = [*(task.attempt_log or []), {"attempt": task.attempts, "exec_id": str(task.exec_id)}]
-        log[-1]["started_at"] = now.isoformat()
+        entry = Attempt(task.attempts, exec_id=str(task.exec_id), started_at=now.isoformat())
+        log = [*(task.attempt_log or []), entry.to_json()]
         report(
             task,
             TaskState.REQUESTED,

@@ -77,9 +77,10 @@ class TaskType:
     waiting_policy: WaitingPolicy = WaitingPolicy.WAIT
     waiting_time: float | None = None
     options: dict[str, Any] = field(default_factory=dict)
-    #: Whether running the task writes its own ``attempt_log`` (Django tasks); otherwise the
-    #: node keeps it (:mod:`django_tasks_coord.attempts`).
-    keeps_attempt_log: ClassVar[bool] = False
+    #: Whether every attempt is logged, from its start, with the entry the task type
+    #: returns in its decision (Django tasks); otherwise the node logs failed attempts
+    #: and those after them (:mod:`django_tasks_coord.attempts`).
+    logs_every_attempt: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         if not callable(self.func):
@@ -118,9 +119,9 @@ class TaskType:
         return True
 
     def outcome_committed(self, task: Task) -> bool:
-        """Whether the outcome of ``task``, completed by its handler rather than by the node,
-        is committed (it may wait for a write in flight). The node calls it before
-        :meth:`on_outcome` and sends the completion signals only if it is True; True here.
+        """Whether the outcome of ``task``, completed by its handler rather than by the node
+        (a fenced run), is committed. The node calls it before :meth:`on_outcome` and sends
+        the completion signals only if it is True; True here.
         """
         return True
 

@@ -24,12 +24,6 @@ def _task_store_rule() -> Iterator[None]:
     store_rule.check()
 
 
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """Name the writes of modules whose move into the store is still pending."""
-    for line in store_rule.summary():
-        terminalreporter.write_line(line)
-
-
 @pytest.fixture(autouse=True)
 def _forget_known_topics() -> Iterator[None]:
     """Tests roll back topics; the per-process topic cache must not outlive them."""

@@ -25,10 +25,6 @@ What it does not judge:
   this process's connections are wrapped. The same code runs in-process elsewhere in
   the suite.
 - :data:`EXEMPT`: schema operations that move rows without changing them.
-
-:data:`PENDING` lists the modules whose writes other branches of issue 19 are moving
-into the store; their writes are tolerated and counted (the session's summary lists
-them) instead of failing tests. It must be empty once those branches are merged.
 """
 
 from __future__ import annotations
@@ -36,7 +32,6 @@ from __future__ import annotations
 import re
 import sys
 import threading
-from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -64,15 +59,6 @@ EXEMPT = {
     "partitions.py": "attaching a partition or converting the table moves rows between tables",
     "migrations/": "migrations change the schema",
 }
-#: Modules whose writes are being moved into the store on other branches (issue 19),
-#: and by whom. Empty this once those branches are merged.
-PENDING = {
-    "node/": "completion (node/completer.py)",
-    "backends/": "completion (store/completion.py)",
-    "attempts.py": "completion (store/attempts.py)",
-    "handlers.py": "completion (store/completion.py)",
-}
-
 _VERBS = ("INSERT", "UPDATE", "DELETE", "WITH")
 
 
@@ -88,8 +74,6 @@ class Violation:
 
 
 violations: list[Violation] = []
-#: Writes of :data:`PENDING` modules seen this session, per writer.
-tolerated: Counter[str] = Counter()
 _capturing = threading.local()
 
 
@@ -139,9 +123,6 @@ def _judge(sql: str) -> None:
     relative, where = found
     if relative.startswith(STORE) or relative.startswith(tuple(EXEMPT)):
         return
-    if relative.startswith(tuple(PENDING)) and not getattr(_capturing, "strict", False):
-        tolerated[where] += 1
-        return
     violation = Violation(where, " ".join(sql.split())[:120])
     captured = getattr(_capturing, "found", None)
     (captured if captured is not None else violations).append(violation)
@@ -172,14 +153,14 @@ def install() -> None:
 
 @contextmanager
 def capture() -> Iterator[list[Violation]]:
-    """Collect the violations of this thread inside the block (instead of failing the test),
-    :data:`PENDING` modules included: for tests of the guard itself."""
+    """Collect the violations of this thread inside the block (instead of failing the test):
+    for tests of the guard itself."""
     found: list[Violation] = []
-    _capturing.found, _capturing.strict = found, True
+    _capturing.found = found
     try:
         yield found
     finally:
-        _capturing.found, _capturing.strict = None, False
+        _capturing.found = None
 
 
 def check() -> None:
@@ -192,14 +173,3 @@ def check() -> None:
             f"move the write into the store:\n{listed}",
             pytrace=False,
         )
-
-
-def summary() -> list[str]:
-    """Lines naming the tolerated writes of :data:`PENDING` modules (none: no lines)."""
-    if not tolerated:
-        return []
-    lines = [
-        "Task rows written by modules still to be moved into the store (tests/store_rule.py PENDING):"
-    ]
-    lines += [f"  {where}: {n} statement(s)" for where, n in sorted(tolerated.items())]
-    return lines

@@ -1,16 +1,16 @@
-"""Reading a stored task as Django's ``TaskResult``, and the attempt log behind it.
+"""Reading a stored task as Django's ``TaskResult``, from its row and its attempt log.
 
-``Task.attempt_log`` holds one entry per attempt, written by the worker when the
-attempt starts (``attempt``, ``worker_id``, ``started_at``) and completed when it ends
-(``finished_at``, ``outcome`` and, for a failure, ``exception_class_path`` and
-``traceback``). An attempt whose node died never ends: the next attempt marks it
-``lost``, and so does this module when no attempt follows.
+``Task.attempt_log`` holds one :class:`~django_tasks_coord.attempts.Attempt` entry per
+attempt, written by the node when the attempt starts (``attempt``, ``worker_id``,
+``started_at``) and completed when it ends (``finished_at``, ``outcome`` and, for a
+failure, ``exception_class_path`` and ``traceback``). An attempt whose node died never
+ends: the next attempt marks it ``lost``, and so does this module when no attempt
+follows.
 """
 
 from __future__ import annotations
 
 import functools
-import traceback as tb
 from datetime import datetime
 from typing import Any
 
@@ -18,6 +18,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.module_loading import import_string
 
+from django_tasks_coord.attempts import LOST_CLASS, UNKNOWN_WORKER, Attempt, close_lost
 from django_tasks_coord.backends.compat import (
     Task,
     TaskError,
@@ -28,10 +29,7 @@ from django_tasks_coord.backends.compat import (
 from django_tasks_coord.enums import TaskState
 from django_tasks_coord.models import Task as TaskRow
 
-#: The worker id of an attempt lost before its start was written.
-UNKNOWN_WORKER = "unknown"
-#: The exception class recorded for an attempt whose node died (its heartbeat went stale).
-LOST_CLASS = "django_tasks_coord.exceptions.OwnerExpiredError"
+__all__ = ["LOST_CLASS", "UNKNOWN_WORKER", "django_task", "to_result"]
 
 _STATUS = {
     TaskState.PENDING: TaskResultStatus.READY,
@@ -47,55 +45,6 @@ _ENDED = {
     TaskState.SUSPENDED: "django_tasks_coord.exceptions.TaskStateError",
     TaskState.FAILED: "django_tasks_coord.exceptions.TasksCoordError",
 }
-
-
-def exception_path(exc: BaseException) -> str:
-    """The dotted path of ``exc``'s class, as Django's ``TaskError`` stores it."""
-    return f"{type(exc).__module__}.{type(exc).__qualname__}"
-
-
-def failed_entry(exc: BaseException) -> dict[str, Any]:
-    """The attempt-log fields of an attempt that raised ``exc``."""
-    return {
-        "outcome": "failed",
-        "exception_class_path": exception_path(exc),
-        "traceback": "".join(tb.format_exception(exc)),
-    }
-
-
-def close_lost(log: list[dict[str, Any]], now: datetime, attempts: int) -> list[dict[str, Any]]:
-    """``log`` with every one of the first ``attempts`` attempts ended.
-
-    An attempt that never ended is marked ``lost`` (its node died); one missing from
-    the log altogether (its node died before its start was written) is added as lost,
-    its worker unknown.
-    """
-    closed = []
-    for entry in log:
-        if "finished_at" not in entry:
-            entry = {**entry, **lost_fields(entry, now)}
-        closed.append(entry)
-    logged = {entry.get("attempt") for entry in closed}
-    for attempt in range(1, attempts + 1):
-        if attempt not in logged:
-            entry = {"attempt": attempt, "worker_id": UNKNOWN_WORKER}
-            closed.append({**entry, **lost_fields(entry, now)})
-    closed.sort(key=lambda entry: entry.get("attempt") or 0)
-    return closed
-
-
-def lost_fields(entry: dict[str, Any], now: datetime | None) -> dict[str, Any]:
-    """The fields that describe an attempt lost with its node."""
-    return {
-        "finished_at": now.isoformat() if now is not None else None,
-        "outcome": "lost",
-        "exception_class_path": LOST_CLASS,
-        "traceback": (
-            f"The worker {entry.get('worker_id', '?')} died during attempt "
-            f"{entry.get('attempt', '?')} (its node stopped heartbeating); the task went back "
-            "to the queue."
-        ),
-    }
 
 
 def _when(value: object) -> datetime | None:
@@ -159,7 +108,7 @@ def to_result(row: TaskRow, task: Task | None = None) -> TaskResult:  # type: ig
         if "finished_at" not in entry:
             if running and index == len(log) - 1:
                 continue  # the attempt under way
-            entry = {**entry, **lost_fields(entry, None)}
+            entry = {**entry, **Attempt.from_json(entry).lost(None).to_json()}
         if "exception_class_path" in entry:
             errors.append(
                 TaskError(
@@ -199,8 +148,3 @@ def to_result(row: TaskRow, task: Task | None = None) -> TaskResult:  # type: ig
     if status == TaskResultStatus.SUCCESSFUL:
         object.__setattr__(result, "_return_value", row.result)
     return result
-
-
-def now_iso() -> str:
-    """The current time as stored in the attempt log."""
-    return timezone.now().isoformat()

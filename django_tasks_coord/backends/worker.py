@@ -2,18 +2,21 @@
 
 Every such task names its Django task's dotted path as its handler; the task class
 points the node's handler registry at :data:`DJANGO_TASK_TYPE` (plain Django ``Task``
-objects reach it as their topic's consumer). For each attempt the worker
+objects reach it as their topic's consumer). Every attempt is logged
+(:attr:`DjangoTaskType.logs_every_attempt`): the node begins its entry
+``{attempt, worker_id, started_at}`` and writes it once the attempt has run for a
+moment (:meth:`~django_tasks_coord.node.completer.Completer.starting`). Then
+:func:`execute`
 
-1. appends ``{attempt, worker_id, started_at}`` to ``Task.attempt_log`` (fenced by
-   the claim, so a lost claim writes nothing; not waited for, and only once the attempt
-   has run for a moment, see :mod:`~django_tasks_coord.backends.writer`) and sends
-   ``task_started``;
+1. sends ``task_started``;
 2. calls the function (a coroutine function through ``async_to_sync``; with a
    timeout, in a watched thread or under ``asyncio.timeout``);
-3. on success completes the task, return value and log together (one ``UPDATE`` for
-   every task the workers finished meanwhile; the node counts it done once written);
-   on failure records the exception and traceback in the log and lets the node retry
-   or fail it with the task's retry policy.
+3. returns its outcome in a :class:`~django_tasks_coord.enums.Decision`, writing
+   nothing: on success the return value (``value``) and the attempt's entry
+   (``attempt``), which the node's completer writes with the completion (one ``UPDATE``
+   for every task the workers finished meanwhile); on failure the exception, its class
+   and traceback in the entry, which the node writes before it retries or fails the
+   task with the task's retry policy.
 
 ``task_finished`` is sent once the task is finished for good (``on_outcome``).
 """
@@ -32,10 +35,9 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 from django.db import connections
-from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from django_tasks_coord import db
+from django_tasks_coord import attempts
 from django_tasks_coord.backends.compat import (
     Task,
     TaskContext,
@@ -44,9 +46,8 @@ from django_tasks_coord.backends.compat import (
     task_finished,
     task_started,
 )
-from django_tasks_coord.backends.results import close_lost, failed_entry, to_result
-from django_tasks_coord.backends.writer import START_DELAY, Write, writer
-from django_tasks_coord.enums import Decision, ErrorPolicy, Result, TaskState
+from django_tasks_coord.backends.results import to_result
+from django_tasks_coord.enums import Decision, ErrorPolicy, Result
 from django_tasks_coord.exceptions import TaskTimeoutError
 from django_tasks_coord.handlers import TaskType
 from django_tasks_coord.models import Task as TaskRow
@@ -57,13 +58,6 @@ logger = logging.getLogger(__name__)
 
 def _payload(row: TaskRow) -> dict[str, Any]:
     return row.payload if isinstance(row.payload, dict) else {}
-
-
-def _held(row: TaskRow) -> Any:
-    """The row, as long as this worker still holds it under its claim."""
-    return TaskRow.objects.using(db.alias()).filter(
-        pk=row.pk, exec_id=row.exec_id, state=TaskState.ACTIVE
-    )
 
 
 def _interrupt(thread: threading.Thread) -> None:
@@ -121,19 +115,12 @@ def call_with_timeout(
 
 
 def execute(row: TaskRow) -> Decision:
-    """Run one attempt of a Django task (see the module docstring); never raises."""
+    """Run one attempt of a Django task and return its outcome (see the module docstring);
+    never raises, writes nothing."""
     payload = _payload(row)
     owner = row.owner if row.owner_id is not None else None
-    log = close_lost(list(row.attempt_log or []), timezone.now(), row.attempts - 1)
-    entry: dict[str, Any] = {
-        "attempt": row.attempts,
-        "worker_id": owner.name if owner is not None else "",
-        "started_at": timezone.now().isoformat(),
-    }
-    log.append(entry)
-    # A copy (the entry changes as the attempt goes on); not waited for: see the writer.
-    writer.submit(row, {"attempt_log": [dict(e) for e in log]}, delay=START_DELAY)
-    row.attempt_log = log
+    worker_id = owner.name if owner is not None else ""
+    entry = attempts.begin(row, worker_id)  # begun by the node already, as a rule
     try:
         task = import_string(payload["task"])
         if not isinstance(task, Task):
@@ -152,32 +139,14 @@ def execute(row: TaskRow) -> Decision:
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # noqa: BLE001 - every failure is the task's, recorded below
-        entry.update(finished_at=timezone.now().isoformat(), **failed_entry(exc))
-        if writer.submit(row, {"attempt_log": log}).wait() is None:
-            _held(row).update(attempt_log=log)  # the batch failed: write it alone
-        return Decision(Result.FAILURE, exception=exc)
-    entry.update(finished_at=timezone.now().isoformat(), outcome="succeeded")
-    changes: dict[str, Any] = {
-        "state": TaskState.SUCCEEDED,
-        "result": value,
-        "attempt_log": log,
-        "owner": None,
-        "message": None,
-        "error": None,
-    }
-    # Completed in memory now, in the database by the writer; the node's completer waits
-    # for that write (outcome_committed) before the task counts as done or is signalled.
-    write = writer.submit(row, changes)
-    for name, new in changes.items():
-        setattr(row, name, new)
-    row._outcome_write = write  # type: ignore[attr-defined]
-    return Decision(Result.SUCCESS)
+        return Decision(Result.FAILURE, exception=exc, attempt=entry.failed(exc))
+    return Decision(Result.SUCCESS, value=value, attempt=entry.end("succeeded"))
 
 
 class DjangoTaskType(TaskType):
     """Runs Django tasks with the retry policy each one was enqueued with."""
 
-    keeps_attempt_log = True  # execute() writes it
+    logs_every_attempt = True  # execute() returns each attempt's entry
 
     def _policy(self, task: TaskRow) -> RetryPolicy:
         data = _payload(task).get("retry")
@@ -197,29 +166,8 @@ class DjangoTaskType(TaskType):
             return None
         return now + policy.delay(task.attempts)
 
-    def outcome_committed(self, task: TaskRow) -> bool:
-        """Wait for the outcome's write (a success): whether it is committed."""
-        write: Write | None = getattr(task, "_outcome_write", None)
-        if write is not None:
-            written = write.wait()
-            if written is None:  # the batch failed: complete it alone
-                changes = {**write.changes, "finished_at": timezone.now()}
-                update = _held(task).update
-                written = (
-                    db.retry_while_lost(lambda: update(**changes), what="Writing an outcome") == 1
-                )
-            if not written:
-                logger.warning(
-                    "Task %s succeeded but its outcome was not stored: its claim was lost "
-                    "(replaced, cancelled, or handed to another node).",
-                    task,
-                )
-                return False
-            task.finished_at = write.changes["finished_at"] or task.finished_at
-        return True
-
     def on_outcome(self, task: TaskRow, decision: Decision) -> None:
-        """Send Django's ``task_finished`` (the outcome is committed: :meth:`outcome_committed`)."""
+        """Send Django's ``task_finished`` (the node calls it once the outcome is written)."""
         payload = _payload(task)
         try:
             backend = task_backends[payload["backend"]]

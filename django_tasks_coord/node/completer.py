@@ -1,38 +1,53 @@
-"""The completer: writes the outcomes of finished tasks in batches, off the workers' threads.
+"""The completer: the one writer of a node, off the workers' threads, in batches.
 
-Workers hand ``(task type, task, decision)`` over and go on with the next task;
-the completer groups outcomes that can share one ``UPDATE`` (same result, same
-message, no exception) and completes each group with ``queue.complete_many``. Then
-it applies error policies and keeps the topics' failure streaks.
+Workers hand ``(task type, task, decision)`` over and go on with the next task; the
+completer writes every kind of task's outcome:
 
-A node killed between a task's end and its completion runs that task again after
-the liveness interval: execution is at least once.
+- outcomes that carry values of their own (a ``@task``'s return value and attempt
+  log entry, which ride back in its :class:`~django_tasks_coord.enums.Decision`, or a
+  consumer's entry that ends its attempt log) are written together, per-row values in
+  one ``UPDATE`` (:func:`~django_tasks_coord.store.completion.write_changes`);
+- the others are grouped by what they share (same result, same message, no
+  exception) and each group completed with one ``queue.complete_many``.
 
-A completion that fails because the database connection broke (a restart, a killed
-connection) is not dropped: the completer closes its connection, backs off
-(:class:`~django_tasks_coord.db.Reconnect`) and writes the same batch again until the
-database answers, or until the node must stop at once (declared dead: its tasks belong
-to others then; or a second stop request). Its follow-ups (failure streaks, error
-policies, ``on_outcome``) are retried the same way. Completions are fenced by their
-claim, so a batch whose commit went through just before the connection broke matches
-nothing the second time; such tasks, found finished under their own claim with the
+Then it hands them to their follow-ups (:mod:`~django_tasks_coord.node.follow_ups`).
+It also writes the attempt log of running tasks, batched with
+everything else handed over meanwhile: the end of a failed attempt (:meth:`attempt_ended`,
+waited for by its worker: the node retries or fails the task right after, and must
+find it written) and, for task types that log every attempt (``@task``), its start
+(:meth:`starting`), written only if the attempt still runs :data:`START_DELAY` seconds
+later: a shorter attempt's outcome carries its whole log anyway, so most tasks cost
+one batched write. A node killed between a task's end and its completion runs that
+task again after the liveness interval: execution is at least once.
+
+A write that fails because the database connection broke is not dropped: the completer
+backs off (:class:`~django_tasks_coord.db.Reconnect`) and writes the same batch again
+until the database answers, or until the node must stop at once (declared dead, or a
+second stop request). Follow-ups are retried the same way. Writes are fenced by their
+claim: a batch whose commit went through just before the connection broke matches
+nothing the second time, and its tasks, found finished under their own claim with the
 outcome written, count as completed once.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import logging
 import queue as stdlib_queue
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from django.db import connections
+from django.utils import timezone
 
-from django_tasks_coord import db, queue, signals, topics
-from django_tasks_coord.enums import Decision, ErrorPolicy, Result
+from django_tasks_coord import attempts, db, queue, store
+from django_tasks_coord.enums import UNSET, Decision, Result
 from django_tasks_coord.exceptions import (
     TaskAlreadyCompletedError,
     TaskRedundantError,
@@ -40,25 +55,53 @@ from django_tasks_coord.exceptions import (
 )
 from django_tasks_coord.handlers import TaskType
 from django_tasks_coord.models import Task
+from django_tasks_coord.node.follow_ups import FollowUps, Item, log_extra
 
 if TYPE_CHECKING:
     from django_tasks_coord.node import Node
 
 logger = logging.getLogger(__name__)
 
-Item = tuple[TaskType | None, Task, Decision]
 MAX_BATCH = 500
+#: Seconds after which the start of a still running attempt is written.
+START_DELAY = 0.2
+
+
+@dataclass(eq=False)
+class LogWrite:
+    """An attempt log handed to the completer thread; :meth:`wait` for it to be handled."""
+
+    change: store.Change
+    due: float = 0.0  # time.monotonic() from which it may be written (a delayed start)
+    done: threading.Event = field(default_factory=threading.Event)
+    superseded: list[LogWrite] = field(default_factory=list)  # delayed starts it replaces
+
+    def wait(self) -> bool | None:
+        """True: written; False: the claim was lost; None: failed (write it yourself)."""
+        self.done.wait()
+        return self.change.ok
+
+    def settle(self, ok: bool | None) -> None:
+        """Record the outcome of the write (and of the starts it replaced) and wake waiters."""
+        self.change.ok = ok
+        for earlier in self.superseded:
+            earlier.settle(ok)
+        self.done.set()
 
 
 class Completer(threading.Thread):
-    """Completes finished tasks in batches for one node."""
+    """Writes the outcomes and attempt logs of one node's tasks, in batches."""
 
     def __init__(self, node: Node, stopping: threading.Event) -> None:
         super().__init__(name="completer", daemon=True)
         self.node = node
-        self._items: stdlib_queue.SimpleQueue[Item | None] = stdlib_queue.SimpleQueue()
+        self._items: stdlib_queue.SimpleQueue[Item | LogWrite | None] = stdlib_queue.SimpleQueue()
+        self._follow_ups = FollowUps(node)
         self._busy = threading.Event()
-        self._stopped = threading.Event()
+        self._closed = False
+        self._lock = threading.Lock()
+        #: Delayed starts not written yet, by task pk.
+        self._delayed: dict[int, LogWrite] = {}
         #: Set once a write of the current batch had to be retried after a lost connection.
         self._reconnected = False
 
@@ -66,48 +109,177 @@ class Completer(threading.Thread):
         """Hand over a finished task."""
         self._items.put((task_type, task, decision))
 
+    def starting(self, task_type: TaskType, tasks: list[Task]) -> list[LogWrite]:
+        """``tasks`` start an attempt now: for task types that log every attempt, begin
+        their entries (:func:`~django_tasks_coord.attempts.begin`) and write them if the
+        attempts still run :data:`START_DELAY` seconds later. Returns those writes."""
+        if not task_type.logs_every_attempt:
+            return []
+        now, due = timezone.now(), time.monotonic() + START_DELAY
+        writes = []
+        for task in tasks:
+            attempts.begin(task, self.node.node_id or "", now=now)
+            write = LogWrite(store.Change(task, {"attempt_log": list(task.attempt_log or [])}), due)
+            if self._submit(write):
+                writes.append(write)
+        return writes
+
+    def attempt_ended(self, task_type: TaskType | None, task: Task, decision: Decision) -> Decision:
+        """Log the attempt of ``task`` that ended with ``decision`` (see
+        :mod:`~django_tasks_coord.attempts`) and return the decision to complete it with.
+
+        A failure's entry is written now, and waited for: the task may go back to the
+        queue for a retry. Any other entry rides back in the decision (``attempt``), to
+        be written with the completion. Never raises: the log is an aid, the completion
+        that follows is what counts.
+        """
+        entry = decision.attempt
+        if entry is None:
+            if task_type is not None and task_type.logs_every_attempt:
+                return decision  # not run (a pre-run verdict): results show it as lost
+            if not attempts.must_log(task, decision):
+                return decision
+            entry = attempts.ended(task, decision, self.node.node_id)
+        try:  # a run the node may not complete is released: its entry must not wait for that
+            rides = decision.result is not Result.FAILURE and (
+                task_type is None or task_type.may_complete(task)
+            )
+        except Exception:  # noqa: BLE001 - the node asks again, and handles it, right after
+            rides = False
+        if rides:
+            return dataclasses.replace(decision, attempt=entry)
+        self._write_log(task, entry.into(task.attempt_log))
+        return dataclasses.replace(decision, attempt=None)
+
     @property
     def idle(self) -> bool:
-        """Nothing waiting and nothing being written."""
+        """Nothing waiting and nothing being written (delayed starts aside: their tasks
+        are running, or gone)."""
         return self._items.empty() and not self._busy.is_set()
 
     def flush_and_stop(self, timeout: float = 60.0) -> None:
-        """Write everything handed over so far, then stop the thread."""
-        self._items.put(None)
+        """Write everything handed over so far (delayed starts too), then stop the thread.
+
+        Attempt logs handed over later are written by their workers themselves."""
+        with self._lock:
+            self._closed = True
+            self._items.put(None)
         self.join(timeout)
 
     def run(self) -> None:
         try:
-            while True:
-                first = self._items.get()
+            stop = False
+            while not stop:
+                received = self._receive()
                 self._busy.set()
-                batch, stop = ([] if first is None else [first]), first is None
-                while not stop and len(batch) < MAX_BATCH:
-                    try:
-                        item = self._items.get_nowait()
-                    except stdlib_queue.Empty:
-                        break
-                    if item is None:
-                        stop = True
-                    else:
-                        batch.append(item)
-                if batch:
+                stop = None in received
+                items, logs, replaced = self._sort(received, stop)
+                if logs:
+                    self._write_logs(logs)
+                if items:
                     self._reconnected = False
-                    self._write(batch)
+                    self._write(items)
+                for start in replaced:  # written with its completion, if that was
+                    start.settle(start.change.task.is_completed)
                 self._busy.clear()
-                if stop:
-                    return
         finally:
             connections[db.alias()].close()
+
+    # --- attempt logs -------------------------------------------------------------------
+
+    def _submit(self, write: LogWrite) -> bool:
+        with self._lock:
+            if self._closed or not self.is_alive():
+                return False
+            self._items.put(write)
+            return True
+
+    def _write_log(self, task: Task, log: list[Any]) -> None:
+        write = LogWrite(store.Change(task, {"attempt_log": log}))
+        try:
+            written = write.wait() if self._submit(write) else None
+            if written is None:  # no completer thread, or its batch failed: write it alone
+                written = store.write_log(task, log)
+            elif written:
+                task.attempt_log = log
+        except Exception:
+            logger.exception(
+                "Could not write the attempt log of %s.",
+                task,
+                extra=log_extra(task, self.node.node_id),
+            )
+
+    def _receive(self) -> list[Item | LogWrite | None]:
+        """What was handed over: waits for the first one, or until a delayed start is due."""
+        timeout = None
+        if self._delayed:
+            due = min(write.due for write in self._delayed.values())
+            timeout = max(due - time.monotonic(), 0)
+        received: list[Item | LogWrite | None] = []
+        with contextlib.suppress(stdlib_queue.Empty):
+            received.append(self._items.get(timeout=timeout))
+        while len(received) < MAX_BATCH:
+            try:
+                received.append(self._items.get_nowait())
+            except stdlib_queue.Empty:
+                break
+        return received
+
+    def _sort(
+        self, received: list[Item | LogWrite | None], stop: bool
+    ) -> tuple[list[Item], list[LogWrite], list[LogWrite]]:
+        """The completions, the log writes due now, and the delayed starts the completions
+        replace (a later write of an attempt, its end or its completion, carries its start)."""
+        now = time.monotonic()
+        items: list[Item] = []
+        ready: list[LogWrite] = []
+        replaced: list[LogWrite] = []
+        for thing in received:
+            if thing is None:
+                continue
+            task = thing.change.task if isinstance(thing, LogWrite) else thing[1]
+            waiting = self._delayed.get(task.pk)
+            if waiting is not None and waiting.change.task.exec_id == task.exec_id:
+                del self._delayed[task.pk]
+                (thing.superseded if isinstance(thing, LogWrite) else replaced).append(waiting)
+            if isinstance(thing, LogWrite):
+                if thing.due > now and not stop:
+                    self._delayed[task.pk] = thing
+                else:
+                    ready.append(thing)
+            else:
+                items.append(thing)
+        for pk in [pk for pk, write in self._delayed.items() if write.due <= now or stop]:
+            ready.insert(0, self._delayed.pop(pk))
+        return items, ready, replaced
+
+    def _write_logs(self, writes: list[LogWrite]) -> None:
+        ok: dict[int, bool | None] = {}
+        try:
+            changes = [write.change for write in writes]
+            self._retrying(lambda: store.write_changes(changes))
+            ok = {id(write): write.change.ok for write in writes}
+        except Exception:
+            logger.exception("Writing %s attempt log(s) failed.", len(writes))
+            connections[db.alias()].close()
+        finally:
+            for write in writes:
+                write.settle(ok.get(id(write)))
+
+    # --- completions --------------------------------------------------------------------
 
     def _write(self, batch: list[Item]) -> None:
         groups: dict[tuple[Result, str | None], list[Item]] = defaultdict(list)
         singles: list[Item] = []
         done_in_band = [item for item in batch if item[1].is_completed]
-        if done_in_band:  # completed by the handler itself (a fenced job run, a Django task)
-            self._completed([item for item in done_in_band if self._committed(item)])
-        for item in batch:
-            if item[1].is_completed:
+        if done_in_band:  # completed by the handler itself (a fenced job run)
+            self._follow_ups.completed([item for item in done_in_band if self._committed(item)])
+        rest = [item for item in batch if not item[1].is_completed]
+        own_values = [item for item in rest if _carries_values(item[2])]
+        if own_values:
+            self._write_own_values(own_values)
+        for item in rest:
+            if _carries_values(item[2]):
                 continue
             decision = item[2]
             if decision.exception is None:
@@ -125,9 +297,45 @@ class Completer(threading.Thread):
                 logger.exception("Completing %s task(s) failed; they will expire.", len(items))
                 self.node.done(len(items))
             else:
-                self._completed(items)
+                self._follow_ups.completed(items)
         for item in singles:
             self._complete_one(item)
+
+    def _write_own_values(self, items: list[Item]) -> None:
+        """Complete tasks whose outcomes carry values of their own, per-row in one ``UPDATE``;
+        if that fails, each alone (one row's values must not sink the others')."""
+        changes = [store.Change(task, _completion(task, decision)) for _, task, decision in items]
+        try:
+            self._retrying(lambda: store.write_changes(changes))
+        except Exception:
+            logger.exception("Writing %s outcome(s) at once failed; each alone now.", len(items))
+            for change in changes:
+                try:
+                    self._retrying(functools.partial(store.write_changes, [change]))
+                except Exception:
+                    logger.exception(
+                        "Completing task %s failed; it will expire.",
+                        change.task,
+                        extra=log_extra(change.task, self.node.node_id),
+                    )
+        written = []
+        for item, change in zip(items, changes, strict=True):
+            task = item[1]
+            if change.ok:
+                for name, value in change.fields.items():
+                    setattr(task, name, value)
+                written.append(item)
+            elif change.ok is False:
+                logger.warning(
+                    "Task %s could not be completed: its claim was lost (replaced, cancelled, "
+                    "or handed to another node); its outcome is discarded.",
+                    task,
+                    extra=log_extra(task, self.node.node_id),
+                )
+                self.node.done(1)
+            else:
+                self.node.done(1)  # its write failed (logged above): it expires
+        self._follow_ups.completed(written)
 
     def _complete_one(self, item: Item) -> None:
         _, task, decision = item
@@ -137,27 +345,39 @@ class Completer(threading.Thread):
             logger.info(
                 "Task %s was replaced while it ran; its result is discarded.",
                 task,
-                extra=self._extra(task),
+                extra=log_extra(task, self.node.node_id),
             )
             self.node.done(1)
         except TaskAlreadyCompletedError as exc:
             if self._reconnected and self._written_before(task, decision):
-                self._completed([item])  # its commit went through as the connection broke
+                self._follow_ups.completed(
+                    [item]
+                )  # its commit went through as the connection broke
             else:
                 logger.warning(
-                    "Task %s could not be completed: %s", task, exc, extra=self._extra(task)
+                    "Task %s could not be completed: %s",
+                    task,
+                    exc,
+                    extra=log_extra(task, self.node.node_id),
                 )
                 self.node.done(1)
         except TasksCoordError as exc:
-            logger.warning("Task %s could not be completed: %s", task, exc, extra=self._extra(task))
+            logger.warning(
+                "Task %s could not be completed: %s",
+                task,
+                exc,
+                extra=log_extra(task, self.node.node_id),
+            )
             self.node.done(1)
         except Exception:
             logger.exception(
-                "Completing task %s failed; it will expire.", task, extra=self._extra(task)
+                "Completing task %s failed; it will expire.",
+                task,
+                extra=log_extra(task, self.node.node_id),
             )
             self.node.done(1)
         else:
-            self._completed([item])
+            self._follow_ups.completed([item])
 
     def _retrying(self, write: Callable[[], object]) -> None:
         """Run ``write``; while the database connection is lost, reconnect and run it again.
@@ -172,14 +392,6 @@ class Completer(threading.Thread):
 
         db.retry_while_lost(write, what="Completing tasks", wait=wait)
 
-    def _follow_up(self, call: Callable[..., object], *args: object, **kwargs: object) -> None:
-        """``call(*args, **kwargs)``, called again while the database connection is lost."""
-        db.retry_while_lost(
-            functools.partial(call, *args, **kwargs),
-            what="After completing tasks",
-            wait=self.node.wait_unless_forced,
-        )
-
     def _written_before(self, task: Task, decision: Decision) -> bool:
         """Whether ``task`` is finished under its own claim with ``decision``'s state (the
         commit of an earlier try went through, only its answer was lost)."""
@@ -193,7 +405,8 @@ class Completer(threading.Thread):
         )
 
     def _committed(self, item: Item) -> bool:
-        """Whether a task its handler completed is completed in the database too.
+        """Whether a task its handler completed is completed in the database too (the task
+        type's ``outcome_committed``).
 
         Only then does it count as processed and send its signals: an outcome whose write
         failed leaves the task to expire and run again, and must not be announced twice.
@@ -208,73 +421,30 @@ class Completer(threading.Thread):
                 return True
         except Exception:
             logger.exception(
-                "Completing task %s failed; it will expire.", task, extra=self._extra(task)
+                "Completing task %s failed; it will expire.",
+                task,
+                extra=log_extra(task, self.node.node_id),
             )
         self.node.done(1)
         return False
 
-    def _extra(self, task: Task) -> dict[str, object]:
-        """The structured fields of a log record about ``task``."""
-        return {"task_sequence": task.sequence, "topic": task.topic_id, "node": self.node.node_id}
 
-    def _completed(self, items: list[Item]) -> None:
-        by_topic: dict[str, list[Item]] = defaultdict(list)
-        for item in items:
-            by_topic[item[1].topic_id].append(item)
-        for topic, topic_items in by_topic.items():
-            failures = [item for item in topic_items if item[2].result is Result.FAILURE]
-            self.node.stats["processed"] += len(topic_items)
-            self.node.stats["failed"] += len(failures)
-            successes = len(topic_items) - len(failures)
-            try:  # each follow-up again if the connection breaks in it (a restart, a kill)
-                self._follow_up(
-                    topics.record_outcomes, topic, successes=successes, failures=len(failures)
-                )
-                for task_type, task, decision in failures:
-                    self._follow_up(self._apply_error_policy, task_type, task, decision)
-                for task_type, task, decision in topic_items:
-                    if task_type is not None:
-                        self._follow_up(task_type.on_outcome, task, decision)
-            except Exception:
-                logger.exception(
-                    "After completing tasks of %r: a follow-up failed.",
-                    topic,
-                    extra={"topic": topic, "node": self.node.node_id},
-                )
-            finally:
-                self.node.done(len(topic_items))
-            for _, task, decision in topic_items:
-                signals.send(
-                    signals.task_completed,
-                    Task,
-                    task=task,
-                    decision=decision,
-                    node=self.node.node_id,
-                )
+def _carries_values(decision: Decision) -> bool:
+    """Whether completing with ``decision`` writes values of its own (a return value, an
+    attempt log entry), per row."""
+    return decision.value is not UNSET or decision.attempt is not None
 
-    def _apply_error_policy(
-        self, task_type: TaskType | None, task: Task, decision: Decision
-    ) -> None:
-        policy = task_type.error_policy if task_type is not None else ErrorPolicy.LOG_AND_CONTINUE
-        if policy.logs:
-            logger.error(
-                "Task %s failed after %s attempt(s): %s\n%s",
-                task,
-                task.attempts,
-                decision.message or "",
-                task.error or "",
-                extra={**self._extra(task), "attempt": task.attempts},
-            )
-        if not policy.terminates:
-            return
-        # Pause in the database first: a topic refresh in between must not bring it back.
-        paused = topics.pause_topic(task.topic_id)
-        self.node.forget_topic(task.topic_id)
-        if paused:
-            logger.warning(
-                "Topic %r paused by the error policy %s of %s; resume it when fixed.",
-                task.topic_id,
-                policy.name,
-                task_type.name if task_type else "?",
-                extra={"topic": task.topic_id, "node": self.node.node_id},
-            )
+
+def _completion(task: Task, decision: Decision) -> dict[str, Any]:
+    """The fields a completion with ``decision`` writes (``finished_at`` aside)."""
+    fields: dict[str, Any] = {
+        "state": decision.result.state,
+        "message": decision.message,
+        "error": queue.format_exception(decision.exception),
+        "owner": None,
+    }
+    if decision.value is not UNSET:
+        fields["result"] = decision.value
+    if decision.attempt is not None:
+        fields["attempt_log"] = decision.attempt.into(task.attempt_log)
+    return fields

@@ -4,8 +4,8 @@
 (:meth:`Executor.execute`): it starts only what the node can prove it still holds, applies
 the attempt and waiting rules, calls the handler, and hands each outcome to the completer,
 or releases the task for a retry. It also gives tasks back to the queue for the other
-duties (:meth:`Executor.release`). Its writes go through the queue (releases, retries),
-:func:`django_tasks_coord.attempts.record` (a consumer's attempt log) and the completer.
+duties (:meth:`Executor.release`). Its writes go through the queue (releases, retries)
+and the completer (outcomes and attempt-log entries).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from datetime import datetime
 from django.db import DatabaseError
 
 from django_tasks_coord import db, queue, signals
-from django_tasks_coord.attempts import record as record_attempt
 from django_tasks_coord.enums import Decision, Result, WaitingPolicy
 from django_tasks_coord.exceptions import TasksCoordError
 from django_tasks_coord.handlers import TaskType
@@ -61,6 +60,8 @@ class Executor:
             else:
                 self.finish(task_type, task, verdict, final=True)
         if runnable:
+            assert self.completer is not None
+            self.completer.starting(task_type, runnable)  # @task: log each attempt's start
             started = clock.monotonic()
             decisions = task_type.run(runnable)
             self.load.task_seconds.add((clock.monotonic() - started) / len(runnable))
@@ -143,8 +144,7 @@ class Executor:
         """
         assert self.completer is not None
         wait = self.state.wait_unless_forced
-        # consumers' attempt log
-        record_attempt(task_type, task, decision, self.state.node_id, wait=wait)
+        decision = self.completer.attempt_ended(task_type, task, decision)  # its log entry
         retry_at = None
         if not final and task_type is not None and decision.result is Result.FAILURE:
             retry_at = db.retry_while_lost(  # a job's policy is read from the database

@@ -19,11 +19,14 @@ junction) and :mod:`~.prune` (purge, retention batches, old results).
 from __future__ import annotations
 
 from django_tasks_coord.store import claims, finish, handout, insert, prune, revive
+from django_tasks_coord.store.attempts import write_log
+from django_tasks_coord.store.completion import Change, write_changes
 from django_tasks_coord.store.fencing import held
 from django_tasks_coord.store.jobs import insert_run, insert_runs, succeed_held_run
 from django_tasks_coord.store.terms import stamp_term
 
 __all__ = [
+    "Change",
     "claims",
     "finish",
     "handout",
@@ -35,4 +38,6 @@ __all__ = [
     "revive",
     "stamp_term",
     "succeed_held_run",
+    "write_changes",
+    "write_log",
 ]

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-from collections.abc import Iterator
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
@@ -94,16 +93,6 @@ def wait_exit(proc: subprocess.Popen[str], timeout: float = 120) -> tuple[str, s
 #: Backend paths under test, with the QUEUES they are configured with.
 BACKENDS = ["django_tasks_coord.backends.DatabaseBackend"]
 QUEUES = ["default", "high", "other"]
-
-
-@pytest.fixture(autouse=True)
-def _stop_the_writer() -> Iterator[None]:
-    """The writer thread holds a database connection: close it after each test."""
-    yield
-    if HAS_TASKS:
-        from django_tasks_coord.backends.writer import writer
-
-        writer.stop()
 
 
 @pytest.fixture(params=BACKENDS)

@@ -1,0 +1,177 @@
+"""The node's one writer: per-row values in one statement, fenced by each row's claim.
+
+Outcomes that carry values of their own are written per row in one ``UPDATE``
+(:func:`~django_tasks_coord.store.completion.write_changes`); the completer writes the
+start of an attempt that logs every attempt only if no later write of it came first.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+
+import pytest
+from django.db import OperationalError
+
+from django_tasks_coord import attempts, db, queue, store
+from django_tasks_coord.enums import Decision, Result, TaskState
+from django_tasks_coord.handlers import TaskType
+from django_tasks_coord.models import Task
+from django_tasks_coord.node import completer as completer_module
+from django_tasks_coord.node.completer import Completer
+from django_tasks_coord.store import completion
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class EveryAttempt(TaskType):
+    """A task type that logs every attempt, as ``@task`` does."""
+
+    logs_every_attempt = True
+
+
+EVERY = EveryAttempt(name="w", func=lambda task: None)
+
+
+class StubNode:
+    """What the completer asks of its node."""
+
+    node_id = "n"
+
+    def __init__(self) -> None:
+        self.stats: Counter[str] = Counter()
+        self.left = 0
+
+    def done(self, n: int) -> None:
+        self.left += n
+
+    def wait_unless_forced(self, seconds: float) -> bool:
+        time.sleep(seconds)
+        return False
+
+    def forget_topic(self, topic: str) -> None:
+        pass
+
+
+@pytest.fixture
+def claimed():
+    queue.register_topic("w")
+    queue.push_many("w", [(f"t{i}", None) for i in range(3)])
+    return queue.poll("w", 3)
+
+
+@pytest.fixture
+def writer():
+    instance = Completer(StubNode(), threading.Event())  # type: ignore[arg-type]
+    instance.start()
+    yield instance
+    instance.flush_and_stop()
+
+
+def outcome(value):
+    return {"state": TaskState.SUCCEEDED, "result": value, "attempt_log": [{"v": value}]}
+
+
+def succeeded(task, value):
+    """The decision of an attempt of ``task`` that returned ``value``."""
+    entry = attempts.begin(task, "n").end("succeeded")
+    return Decision(Result.SUCCESS, value=value, attempt=entry)
+
+
+def test_outcomes_of_several_rows_keep_their_own_values(claimed):
+    writes = [store.Change(task, outcome({"n": i})) for i, task in enumerate(claimed)]
+    store.write_changes(writes)
+    assert [write.ok for write in writes] == [True, True, True]
+    rows = {row.pk: row for row in Task.objects.all()}
+    for i, task in enumerate(claimed):
+        row = rows[task.pk]
+        assert (row.state, row.result, row.attempt_log) == (
+            TaskState.SUCCEEDED,
+            {"n": i},
+            [{"v": {"n": i}}],
+        )
+        assert row.finished_at == writes[i].fields["finished_at"] is not None
+
+
+def test_a_lost_claim_is_not_written(claimed):
+    lost = claimed[0]
+    queue.release(lost)  # back to PENDING: the claim the write quotes is gone
+    writes = [store.Change(task, outcome(task.pk)) for task in claimed]
+    store.write_changes(writes)
+    assert [write.ok for write in writes] == [False, True, True]
+    assert Task.objects.get(pk=lost.pk).state == TaskState.PENDING
+    assert Task.objects.get(pk=lost.pk).result is None
+
+
+def test_a_delayed_start_is_superseded_by_the_outcome(claimed, writer, monkeypatch):
+    monkeypatch.setattr(completer_module, "START_DELAY", 3600)
+    task = claimed[0]
+    (start,) = writer.starting(EVERY, [task])
+    decision = succeeded(task, "done")
+    writer.put(EVERY, task, decision)
+    assert start.wait() is True  # its content went in with the outcome
+    stored = Task.objects.get(pk=task.pk)
+    assert (stored.state, stored.result) == (TaskState.SUCCEEDED, "done")
+    assert stored.attempt_log == [decision.attempt.to_json()]
+
+
+def test_a_delayed_start_is_written_when_nothing_supersedes_it(claimed, writer, monkeypatch):
+    monkeypatch.setattr(completer_module, "START_DELAY", 0.01)
+    task = claimed[0]
+    (start,) = writer.starting(EVERY, [task])
+    assert start.wait() is True
+    stored = Task.objects.get(pk=task.pk)
+    assert (stored.state, stored.attempt_log) == (
+        TaskState.ACTIVE,
+        start.change.fields["attempt_log"],
+    )
+    assert [entry["worker_id"] for entry in stored.attempt_log] == ["n"]
+
+
+def test_stop_writes_delayed_starts_and_a_later_write_is_made_by_its_worker(
+    claimed, writer, monkeypatch
+):
+    monkeypatch.setattr(completer_module, "START_DELAY", 3600)
+    first, second = claimed[0], claimed[1]
+    (start,) = writer.starting(EVERY, [first])
+    writer.flush_and_stop()
+    assert start.wait() is True
+    assert Task.objects.get(pk=first.pk).attempt_log == start.change.fields["attempt_log"]
+    failure = Decision(Result.FAILURE, attempt=attempts.begin(second, "n").end("failed"))
+    assert writer.attempt_ended(EVERY, second, failure).attempt is None  # written, not carried
+    assert Task.objects.get(pk=second.pk).attempt_log == [failure.attempt.to_json()]
+
+
+class LosesConnection:
+    """Replaces ``completion._update``: its first call fails with a lost connection, before
+    writing or, with ``commit``, after its statement went through (only the answer lost)."""
+
+    def __init__(self, real, *, commit: bool) -> None:
+        self.real, self.commit, self.calls = real, commit, 0
+
+    def __call__(self, fields, items):
+        self.calls += 1
+        if self.calls == 1:
+            if self.commit:
+                self.real(fields, items)
+            raise OperationalError("server closed the connection unexpectedly")
+        return self.real(fields, items)
+
+
+@pytest.mark.parametrize("commit", [False, True], ids=["before-commit", "after-commit"])
+def test_outcomes_whose_connection_broke_are_written_again_once(
+    claimed, writer, monkeypatch, commit
+):
+    update = LosesConnection(completion._update, commit=commit)
+    monkeypatch.setattr(completion, "_update", update)
+    monkeypatch.setattr(db.reconnect, "RECONNECT_DELAY", 0.01)
+    for i, task in enumerate(claimed):
+        writer.put(EVERY, task, succeeded(task, i))
+    writer.flush_and_stop()
+    assert writer.node.stats["processed"] == 3  # written, not "failed", and counted once
+    assert update.calls == 2
+    rows = Task.objects.order_by("pk")
+    assert [row.state for row in rows] == [TaskState.SUCCEEDED] * 3
+    assert [row.finished_at for row in rows] == [task.finished_at for task in claimed]
+    assert [row.result for row in rows] == [0, 1, 2]
