@@ -231,11 +231,15 @@ class JobTaskType(TaskType):
             )
             changes.update(paused=True)
         elif failed and policy.logs:
-            logger.error(
-                "Job %s failed (slot %s, attempt %s): %s\n%s",
+            # A run that failed because the database went away is the outage's doing, which
+            # the node reports itself (one WARNING per outage); the job is not at fault.
+            lost = decision.exception is not None and db.connection_lost(decision.exception)
+            (logger.warning if lost else logger.error)(
+                "Job %s failed (slot %s, attempt %s)%s: %s\n%s",
                 job.id,
                 task.slot,
                 task.attempts,
+                ", the database connection was lost" if lost else "",
                 decision.message or "",
                 task.error or "",
                 extra={"job_id": job.id, "slot": task.slot, "attempt": task.attempts},

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from datetime import timedelta
 
 import pytest
+from django.db import OperationalError
 from django.utils import timezone
 
 from django_tasks_coord import queue, scheduling
@@ -374,6 +376,29 @@ def test_terminating_error_policy_unschedules_the_job():
     run_job()
     job = PeriodicTask.objects.get(pk=job_id)
     assert (job.enabled, job.last_outcome, job.consecutive_failures) == (False, TaskState.FAILED, 1)
+
+
+@pytest.mark.parametrize(
+    ("exception", "level"),
+    [
+        (RuntimeError("job attempt 1 fails on purpose"), logging.ERROR),
+        (OperationalError("server closed the connection unexpectedly"), logging.WARNING),
+    ],
+)
+def test_a_run_failed_by_a_lost_connection_is_a_warning_not_an_error(exception, level, caplog):
+    """During a database outage a job fails through no fault of its own: the node reports
+    the outage, and an alert on ERROR lines must not fire for every job that ran then."""
+    job_id = scheduling.schedule_periodic(RECORD, "*:*:0/10", job_id="j")
+    scheduler.submit_due(now=PeriodicTask.objects.get(pk=job_id).nextrun)
+    (task,) = queue.poll(JOBS_TOPIC)
+    decision = queue.Decision(queue.Result.FAILURE, exception=exception)
+    queue.complete(task, decision)
+    with caplog.at_level(logging.WARNING, logger="django_tasks_coord.scheduling.runner"):
+        job_task_type.on_outcome(task, decision)
+    (record,) = [r for r in caplog.records if r.getMessage().startswith("Job j failed")]
+    assert record.levelno == level
+    job = PeriodicTask.objects.get(pk=job_id)
+    assert (job.last_outcome, job.consecutive_failures) == (TaskState.FAILED, 1)
 
 
 def test_fixed_delay_counts_from_the_end_of_the_run():
