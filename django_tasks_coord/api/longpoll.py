@@ -34,6 +34,7 @@ from django.db import connections
 from django_tasks_coord import db, executions
 from django_tasks_coord.conf import app_settings
 from django_tasks_coord.models import Task
+from django_tasks_coord.store import handout
 
 #: With LISTEN up, a waiting long-poll still checks this often (belt and braces).
 SAFETY_INTERVAL = 10.0
@@ -132,6 +133,14 @@ def _check(
     if authorize is not None:
         authorize()  # raises if the token was revoked meanwhile: it claims nothing then
     tasks = executions.poll(names, limit)
+    if tasks and authorize is not None:
+        # Revoked between the check and the claim: the tasks may have been created after
+        # the revocation, so they go back unstarted and the error propagates.
+        try:
+            authorize()
+        except BaseException:
+            handout.give_back(tasks)
+            raise
     return tasks, (None if tasks else executions.next_due(names))
 
 
@@ -146,8 +155,9 @@ async def long_poll(
 
     ``timeout`` is capped by ``LONG_POLL_MAX_TIMEOUT``. Returns the tasks handed out
     (REQUESTED, with their exec_ids), or ``[]`` after the timeout. ``authorize`` runs
-    (in the database thread) before each attempt to claim; what it raises ends the wait
-    and propagates, with nothing claimed.
+    (in the database thread) before each attempt to claim and again once a claim got
+    tasks; what it raises ends the wait and propagates, and tasks claimed meanwhile go
+    back unstarted (:func:`django_tasks_coord.store.handout.give_back`).
     """
     loop = asyncio.get_running_loop()
     end = loop.time() + min(timeout, float(app_settings.LONG_POLL_MAX_TIMEOUT))

@@ -19,11 +19,12 @@ from django.db.models import Case, Count, Q, QuerySet, UUIDField, Value, When
 from django_tasks_coord import db, definitions
 from django_tasks_coord.enums import IN_FLIGHT, TaskState
 from django_tasks_coord.models import Task, Topic
+from django_tasks_coord.store.fencing import held
 
 if TYPE_CHECKING:
     from django_tasks_coord.definitions import Definition
 
-__all__ = ["expired", "freed_a_slot", "hand_out", "take_back"]
+__all__ = ["expired", "freed_a_slot", "give_back", "hand_out", "take_back"]
 
 #: Rounds of candidates a poll looks through for tasks whose concurrency key has room.
 _MAX_ROUNDS = 20
@@ -152,6 +153,23 @@ def take_back(names: list[str], now: datetime, batch_size: int, reason: str) -> 
         for topic in sorted({t.topic_id for t in late}):
             db.notify(db.connection(), topic)
     return len(late)
+
+
+def give_back(tasks: list[Task]) -> int:
+    """Undo :func:`hand_out` for ``tasks`` still requested under the exec_ids it gave them:
+    ready again, as if never handed out (nothing was started, no attempt counted). For a
+    hand-out whose recipient turned out not to be entitled to it. Returns how many."""
+    if not tasks:
+        return 0
+    with db.write_transaction():
+        returned = held(tasks, state=TaskState.REQUESTED).update(
+            state=TaskState.PENDING, exec_id=None, deadline=None
+        )
+        for topic in sorted({t.topic_id for t in tasks}):
+            db.notify(db.connection(), topic)
+    for task in tasks:
+        task.state, task.exec_id, task.deadline = TaskState.PENDING, None, None
+    return returned
 
 
 def freed_a_slot(task: Task, definition: Definition | None = None) -> None:

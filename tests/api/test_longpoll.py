@@ -126,3 +126,26 @@ def test_a_waiting_long_poll_whose_token_is_revoked_claims_nothing(executor, rev
     assert (response.status_code, response.json_body["error"]["code"]) == expected
     task = Task.objects.get(pk=created[0])
     assert (executions.status(task)[0].value, task.exec_id) == ("ready", None)  # not handed out
+
+
+def test_a_token_revoked_while_it_claims_gets_nothing(executor):
+    """The token is checked again after the claim: a revocation that lands between the
+    check and the claim (the task may be younger than the revocation) hands nothing out."""
+    from django_tasks_coord.exceptions import TasksCoordError
+    from django_tasks_coord.models import Task
+
+    created = executions.create("test/basic")
+    checks: list[int] = []
+
+    def authorize() -> None:
+        checks.append(1)
+        if len(checks) > 1:
+            raise TasksCoordError("revoked meanwhile")
+
+    with pytest.raises(TasksCoordError, match="revoked meanwhile"):
+        longpoll._check(["test/basic"], 10, authorize)
+    assert len(checks) == 2
+    task = Task.objects.get(pk=created.pk)
+    assert (executions.status(task)[0].value, task.exec_id, task.deadline) == ("ready", None, None)
+    (again,) = executions.poll(["test/basic"], 10)  # the next entitled poll gets it
+    assert again.pk == created.pk
