@@ -337,6 +337,15 @@ class Completer(threading.Thread):
                 self.node.done(1)  # its write failed (logged above): it expires
         self._follow_ups.completed(written)
 
+    def _not_completed(self, task: Task, exc: TasksCoordError) -> None:
+        logger.warning(
+            "Task %s could not be completed: %s",
+            task,
+            exc,
+            extra=log_extra(task, self.node.node_id),
+        )
+        self.node.done(1)
+
     def _complete_one(self, item: Item) -> None:
         _, task, decision = item
         try:
@@ -354,21 +363,9 @@ class Completer(threading.Thread):
                     [item]
                 )  # its commit went through as the connection broke
             else:
-                logger.warning(
-                    "Task %s could not be completed: %s",
-                    task,
-                    exc,
-                    extra=log_extra(task, self.node.node_id),
-                )
-                self.node.done(1)
+                self._not_completed(task, exc)
         except TasksCoordError as exc:
-            logger.warning(
-                "Task %s could not be completed: %s",
-                task,
-                exc,
-                extra=log_extra(task, self.node.node_id),
-            )
-            self.node.done(1)
+            self._not_completed(task, exc)
         except Exception:
             logger.exception(
                 "Completing task %s failed; it will expire.",

@@ -9,6 +9,7 @@ past its field's range (:func:`carry`, :func:`settle`).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple
 
 from django_tasks_coord.timers._localtime import Fields, local_seconds, split_seconds
@@ -62,8 +63,14 @@ def match(chain: Chain, value: int) -> int | None:
     """
     if chain is None:
         return value
+    return earliest(chain, value)
+
+
+def earliest(components: Iterable[Component], value: int) -> int | None:
+    """Smallest value >= ``value`` that one of ``components`` (``start``, ``stop``,
+    ``repeat``; ``stop`` < 0: no stop) produces; ``None`` if none reaches it."""
     best: int | None = None
-    for start, stop, repeat in chain:
+    for start, stop, repeat in components:
         if start >= value:
             candidate = start
         elif repeat > 0:
@@ -75,28 +82,22 @@ def match(chain: Chain, value: int) -> int | None:
         if best is None or candidate < best:
             best = candidate
     return best
+
+
+def from_month_end(chain: Chain, day: Callable[[int], int]) -> Iterator[Component]:
+    """The components of a ``~`` day chain as days of the month: ``day(n)`` is the day ``n``
+    days before the month's last (< 0: no such day); a range is turned around."""
+    assert chain is not None
+    for c_start, c_stop, repeat in chain:
+        start, stop = day(c_start), day(c_stop)
+        if stop > 0:
+            start, stop = stop, start
+        yield start, stop, repeat
 
 
 def match_end_of_month(chain: Chain, value: int, last: int) -> int | None:
     """Like :func:`match` for a ``~`` day chain in a month of ``last`` days."""
-    assert chain is not None
-    best: int | None = None
-    for c_start, c_stop, repeat in chain:
-        start = last + 1 - c_start
-        stop = last + 1 - c_stop if c_stop >= 0 else -1
-        if stop > 0:
-            start, stop = stop, start
-        if start >= value:
-            candidate = start
-        elif repeat > 0:
-            candidate = start + repeat * (-((start - value) // repeat))
-            if 0 <= stop < candidate:
-                continue
-        else:
-            continue
-        if best is None or candidate < best:
-            best = candidate
-    return best
+    return earliest(from_month_end(chain, lambda n: last + 1 - n if n >= 0 else -1), value)
 
 
 def table(chain: Chain, low: int, high: int) -> tuple[int | None, ...]:

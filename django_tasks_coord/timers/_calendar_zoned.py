@@ -19,6 +19,8 @@ from django_tasks_coord.timers._calendar_spec import (
     USEC,
     CalendarSpec,
     Chain,
+    earliest,
+    from_month_end,
     match,
 )
 from django_tasks_coord.timers._localtime import Fields, LocalClock, local_seconds
@@ -173,19 +175,4 @@ class ZonedSearch:
                 return -1
             return result[1][2]
 
-        best: int | None = None
-        for c_start, c_stop, repeat in chain:
-            start, stop = last_but(c_start), last_but(c_stop)
-            if stop > 0:
-                start, stop = stop, start
-            if start >= d:
-                candidate = start
-            elif repeat > 0:
-                candidate = start + repeat * (-((start - d) // repeat))
-                if 0 <= stop < candidate:
-                    continue
-            else:
-                continue
-            if best is None or candidate < best:
-                best = candidate
-        return best
+        return earliest(from_month_end(chain, last_but), d)
