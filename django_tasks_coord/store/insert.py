@@ -30,6 +30,8 @@ def insert(tasks: list[Task], *, using: str | None = None, announce: bool = True
     With ``announce`` (the default), the nodes of their topics are told (NOTIFY, in the
     transaction of the insert where one is open), so that sleeping nodes claim them at once.
     """
+    if not tasks:
+        return []
     using = using or db.alias()
     created = Task.objects.using(using).insert(tasks)
     if announce:

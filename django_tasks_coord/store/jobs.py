@@ -17,17 +17,7 @@ from django_tasks_coord import db
 from django_tasks_coord.enums import TaskState
 from django_tasks_coord.models import Task
 from django_tasks_coord.store.fencing import held
-
-
-def _insert_and_notify(tasks: Sequence[Task], using: str) -> list[Task]:
-    """Insert ``tasks`` and wake the nodes of their topics when the transaction commits."""
-    if not tasks:
-        return []
-    created = Task.objects.using(using).insert(list(tasks))
-    conn = db.connection()
-    for topic in dict.fromkeys(task.topic_id for task in created):
-        db.notify(conn, topic)
-    return created
+from django_tasks_coord.store.insert import insert
 
 
 def insert_run(run: Task, *, using: str | None = None) -> Task:
@@ -35,7 +25,7 @@ def insert_run(run: Task, *, using: str | None = None) -> Task:
 
     Runs in the caller's transaction, if one is open.
     """
-    return _insert_and_notify([run], using or db.alias())[0]
+    return insert([run], using=using)[0]
 
 
 def insert_runs(
@@ -52,7 +42,7 @@ def insert_runs(
     using = using or db.alias()
     try:
         with db.write_transaction():
-            created = _insert_and_notify([run for batch in batches for run in batch], using)
+            created = insert([run for batch in batches for run in batch], using=using)
     except IntegrityError:
         return [_insert_batch(batch, using) for batch in batches]
     inserted: list[list[Task] | None] = []
@@ -67,7 +57,7 @@ def _insert_batch(batch: Sequence[Task], using: str) -> list[Task] | None:
         return []
     try:
         with db.write_transaction():
-            return _insert_and_notify(batch, using)
+            return insert(list(batch), using=using)
     except IntegrityError:
         return None
 
