@@ -54,7 +54,8 @@ else:
     raise ImportError(
         "django_tasks_coord.backends needs Django's task framework: django.tasks (Django 6.0 "
         "or later), or on Django 5.2 the django-tasks backport package "
-        "(pip install 'django-tasks>=0.12'). Neither is importable."
+        "(pip install 'django-tasks>=0.12'). Neither is importable.",
+        name="django.tasks",  # the missing module, as Python's own ImportError names it
     )
 
 __all__ = [
