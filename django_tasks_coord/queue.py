@@ -61,6 +61,7 @@ from django_tasks_coord.revival import (
 )
 from django_tasks_coord.store import claims, finish
 from django_tasks_coord.store import insert as store_insert
+from django_tasks_coord.store.fencing import held
 from django_tasks_coord.topics import (
     TopicRef,
     adding_tasks,
@@ -364,9 +365,8 @@ def complete_many(tasks: Sequence[Task], decision: Decision | Result | str) -> l
         "owner": None,
     }
     if not finish.complete(tasks, changes):
-        active = Task.objects.using(db.alias()).filter(state=TaskState.ACTIVE)
         for task in tasks:
-            if not active.filter(pk=task.pk, exec_id=task.exec_id).exists():
+            if not held([task]).exists():
                 raise _claim_lost(task, "complete") from None
         raise TaskStateError("Cannot complete the batch: its tasks changed meanwhile.") from None
     for task in tasks:

@@ -392,9 +392,7 @@ class Completer(threading.Thread):
     def _written_before(self, task: Task, decision: Decision) -> bool:
         """Whether ``task`` is finished under its own claim with ``decision``'s state (the
         commit of an earlier try went through, only its answer was lost)."""
-        rows = Task.objects.using(db.alias()).filter(
-            pk=task.pk, exec_id=task.exec_id, state=decision.result.state
-        )
+        rows = store.held([task], state=decision.result.state)
         return bool(
             db.retry_while_lost(
                 rows.exists, what="Completing tasks", wait=self.node.wait_unless_forced
