@@ -93,7 +93,7 @@ class Dispatcher:
             return None
         if claimed or self.load.count:
             self.backoff.reset()  # busy: look for more every POLL_INTERVAL
-            if claimed and self.load.count < self.load.capacity:
+            if claimed and self.load.room() > 0:
                 return 0.0
             return self.idle_timeout()
         timeout = self.idle_timeout()
@@ -108,7 +108,7 @@ class Dispatcher:
             return 0
         start = next(self._round_robin) % len(topics)
         for topic in topics[start:] + topics[:start]:
-            free = load.capacity - load.count
+            free = load.room()
             owner = claims.owner
             if owner is None or not claims.holds(owner.pk):
                 self.wake_lifeline()  # a zombie claims nothing: the lifeline registers again

@@ -26,8 +26,8 @@ class Load:
     """The tasks a node claimed and has not completed or released yet, against its capacity.
 
     ``on_busy`` is called when the node, holding nothing, claims (the lifeline beats at
-    once, then at the busy rate); ``on_room`` when a full node, or a burst, lets go of
-    tasks (the dispatcher looks for more).
+    once, then at the busy rate); ``on_room`` when a node the dispatcher found full
+    (:meth:`room`), or a burst, lets go of tasks (the dispatcher looks for more).
     """
 
     def __init__(
@@ -44,6 +44,7 @@ class Load:
         self.claim_seconds = RunningMean()
         self.task_seconds = RunningMean()
         self._count = 0
+        self._full = False  # the dispatcher found no room: the next task to leave wakes it
         self._lock = threading.Lock()
 
     @property
@@ -70,6 +71,20 @@ class Load:
             buffer = min(max(buffer, wanted), max(buffer, 10 * config.batch_size))
         return config.workers + buffer
 
+    def room(self) -> int:
+        """How many more tasks the node may claim now.
+
+        When there is none, the dispatcher sleeps until a task leaves: the next
+        :meth:`left` that makes room calls ``on_room``. Decided under one lock with
+        :meth:`left`, so a task leaving meanwhile is never missed, and against the
+        capacity at each moment, which grows and shrinks with the tasks' speed.
+        """
+        with self._lock:
+            free = self.capacity - self._count
+            if free <= 0:
+                self._full = True
+            return free
+
     def claimed(self, n: int) -> None:
         """``n`` more tasks are held."""
         with self._lock:
@@ -81,7 +96,9 @@ class Load:
     def left(self, n: int) -> None:
         """``n`` tasks left this node (completed or released)."""
         with self._lock:
-            was_full = self._count >= self.capacity
             self._count -= n
-        if was_full or self.config.burst:
+            room = self._full and self._count < self.capacity
+            if room:
+                self._full = False
+        if room or self.config.burst:
             self.on_room()
