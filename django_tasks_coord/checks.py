@@ -70,6 +70,26 @@ def _metrics_problems(values: dict[str, Any]) -> list[str]:
     return problems
 
 
+def _listen_database_problems(values: dict[str, Any]) -> list[str]:
+    """``LISTEN_DATABASE``: None, or a PostgreSQL alias in DATABASES while DATABASE is one."""
+    listen = values["LISTEN_DATABASE"]
+    if listen is None:
+        return []
+    if not isinstance(listen, str) or listen not in settings.DATABASES:
+        return [
+            f"LISTEN_DATABASE {listen!r} must be None or an alias in DATABASES "
+            f"({', '.join(sorted(settings.DATABASES)) or 'none'})."
+        ]
+    app = values["DATABASE"]
+    app_notifies = app in settings.DATABASES and db.has_notify(connections[app])
+    if app_notifies and not db.has_notify(connections[listen]):
+        return [
+            f"LISTEN_DATABASE {listen!r} must be a PostgreSQL alias, like DATABASE {app!r}: "
+            "it listens for the notifications sent on DATABASE."
+        ]
+    return []
+
+
 def _setting_problems(values: dict[str, Any]) -> list[str]:
     """Every invalid value of the merged settings, one message each."""
     problems = []
@@ -78,6 +98,7 @@ def _setting_problems(values: dict[str, Any]) -> list[str]:
             f"DATABASE {values['DATABASE']!r} is not an alias in DATABASES "
             f"({', '.join(sorted(settings.DATABASES)) or 'none'})."
         )
+    problems.extend(_listen_database_problems(values))
     for key in ("NODE_ID", "GROUP"):
         value = values[key]
         limit = 200 if key == "NODE_ID" else 100
@@ -371,3 +392,44 @@ def check_stored_jobs(
             for problem in problems
         )
     return messages
+
+
+@register(Tags.database)
+def check_listen_database(
+    app_configs: Any = None, databases: Sequence[str] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """``tasks_coord.W005``: ``LISTEN_DATABASE`` reaches another database than ``DATABASE``
+    (another database name, or another server), so notifications sent on one never reach
+    the LISTEN connections of the other."""
+    conn = _database_connection(databases)
+    try:
+        listen = app_settings.LISTEN_DATABASE
+    except ConfigurationError:
+        return []  # reported as E001
+    if conn is None or not listen or listen not in connections or listen == conn.alias:
+        return []
+    if not (db.has_notify(conn) and db.has_notify(connections[listen])):
+        return []  # reported as E003
+    query = "SELECT current_database(), pg_postmaster_start_time()"
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute(query)
+            app_side = cursor.fetchone()
+        with connections[listen].cursor() as cursor:
+            cursor.execute(query)
+            listen_side = cursor.fetchone()
+    except DatabaseError:
+        return []  # a server that does not answer is not this check's to report
+    if app_side == listen_side:
+        return []
+    return [
+        Warning(
+            f"TASKS_COORD['LISTEN_DATABASE'] {listen!r} reaches the database {listen_side[0]!r} "
+            f"of a server started at {listen_side[1]}, but DATABASE {conn.alias!r} reaches "
+            f"{app_side[0]!r} of a server started at {app_side[1]}: nodes and long-polls "
+            "would never be woken by a NOTIFY (they would poll).",
+            hint="Point LISTEN_DATABASE at the same PostgreSQL database, connecting directly "
+            "rather than through the pooler (docs/howto/pgbouncer.md).",
+            id="tasks_coord.W005",
+        )
+    ]

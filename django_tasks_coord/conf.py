@@ -49,8 +49,14 @@ DEFAULTS: dict[str, Any] = {
     # listener down, or on MariaDB/MySQL and SQLite, MAX_POLL_INTERVAL applies. A value of
     # MAX_POLL_INTERVAL or less: MAX_POLL_INTERVAL everywhere.
     "NOTIFIED_POLL_INTERVAL": 30.0,
-    # runscheduler: on PostgreSQL, wake up on NOTIFY instead of waiting for the next poll.
+    # PostgreSQL: wake up on NOTIFY (nodes, and the HTTP API's long-polls) instead of waiting
+    # for the next poll. False: poll-only mode, no LISTEN connection at all (NOTIFY is still
+    # sent; it costs nothing when nobody listens).
     "LISTEN_NOTIFY": True,
+    # PostgreSQL: the database alias LISTEN connections are opened with; None: DATABASE.
+    # Behind PgBouncer (or any pooler) in transaction or statement mode, LISTEN does not
+    # work: name an alias that connects to the same database directly (docs/howto/pgbouncer.md).
+    "LISTEN_DATABASE": None,
     # runscheduler: seconds running tasks get to finish after SIGTERM before they are released.
     "SHUTDOWN_MAX_WAIT": 30.0,
     # runscheduler: seconds between status lines (0: none).

@@ -37,6 +37,9 @@ elif _db["ENGINE"] == "django.db.backends.sqlite3":
     _db.setdefault("OPTIONS", {}).setdefault("timeout", 30)
 else:
     _db["TEST"] = {"NAME": f"test_{_db['NAME']}{SUFFIX}"}
+# More aliases for the subprocesses of a test (tests/node/test_pooled.py: a direct alias
+# for LISTEN beside a default alias that goes through PgBouncer).
+DATABASES.update(json.loads(os.environ.get("TASKS_COORD_EXTRA_DATABASES", "{}")))
 if _db["ENGINE"] == "django.db.backends.mysql":
     _db.setdefault("OPTIONS", {}).update(
         {"charset": "utf8mb4", "isolation_level": "read committed"}

@@ -19,7 +19,7 @@ Everything is importable from here (``from django_tasks_coord import db``; ``db.
 from __future__ import annotations
 
 from django_tasks_coord.db.indexes import PartialStateIndex, PendingIndex
-from django_tasks_coord.db.listen import Listening, listen_params
+from django_tasks_coord.db.listen import Listening, listen_alias, listen_params
 from django_tasks_coord.db.notifications import (
     NOTIFY_CHANNEL,
     add_local_listener,
@@ -73,6 +73,7 @@ __all__ = [
     "connection_lost",
     "has_notify",
     "has_row_estimates",
+    "listen_alias",
     "listen_params",
     "lock_kwargs",
     "locks_whole_database",

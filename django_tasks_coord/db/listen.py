@@ -1,7 +1,8 @@
 """One policy for every LISTEN connection: the node's wake-ups and the HTTP API's long-polls.
 
 A LISTEN connection is a psycopg 3 connection of its own (autocommit), opened with the
-parameters of the app's database alias (:func:`listen_params`), listening on
+parameters of a database alias (:func:`listen_params`; by default :func:`listen_alias`,
+``TASKS_COORD["LISTEN_DATABASE"]`` or else the app's alias), listening on
 :data:`~django_tasks_coord.db.NOTIFY_CHANNEL`. :class:`Listening` connects, listens,
 hands the connection to its user's ``serve`` (which reads the notifications), and when
 the connection breaks waits like every loop of a node (:class:`~django_tasks_coord.db.Backoff`:
@@ -24,12 +25,24 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 
+from django_tasks_coord.conf import app_settings
 from django_tasks_coord.db.notifications import NOTIFY_CHANNEL
 from django_tasks_coord.db.reconnect import Backoff
 from django_tasks_coord.db.transactions import alias
 
 if TYPE_CHECKING:
     import psycopg
+
+
+def listen_alias() -> str:
+    """The database alias LISTEN connections are opened with.
+
+    ``TASKS_COORD["LISTEN_DATABASE"]`` if set: an alias that reaches the app's database
+    directly while :func:`~django_tasks_coord.db.alias` goes through a pooler in
+    transaction mode (PgBouncer), where a LISTEN would be lost with the server connection
+    it ran on. Otherwise the app's alias.
+    """
+    return str(app_settings.LISTEN_DATABASE or alias())
 
 
 def listen_params(using: str) -> dict[str, Any]:
@@ -45,7 +58,7 @@ class Listening:
     """The life of one LISTEN connection: connect, LISTEN, serve, and on loss back off and reconnect.
 
     ``what`` names it in the log lines of an outage (say what its user does meanwhile).
-    ``using`` is the database alias (default: the app's, read at each connection).
+    ``using`` is the database alias (default: :func:`listen_alias`, read at each connection).
     ``serve(conn)`` reads the connection's notifications for as long as its user wants
     them; when it returns, the connection is closed and :meth:`run` / :meth:`arun`
     return. When it raises (the connection broke), the back-off starts.
@@ -59,7 +72,7 @@ class Listening:
         self._statement = f"LISTEN {NOTIFY_CHANNEL}"
 
     def _params(self) -> dict[str, Any]:
-        return listen_params(self.using or alias())
+        return listen_params(self.using or listen_alias())
 
     def _failed(self, error: BaseException) -> float:
         self.up.clear()

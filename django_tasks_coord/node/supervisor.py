@@ -356,7 +356,7 @@ class Node:
         if config.scheduler:
             threads.append(self._duty_thread("scheduler", self.scheduler_loop))
         if config.listen_notify and listen_supported(db.alias()):
-            state.listener = Listener(db.alias(), self.wake, state.stopping)
+            state.listener = Listener(db.listen_alias(), self.wake, state.stopping)
             threads.append(state.listener)
         if config.retention_interval:  # its own thread: a pass never delays a heartbeat
             housekeeper = Housekeeper(
