@@ -7,21 +7,7 @@ from django_tasks_coord.node.load import Load
 
 
 def load(*, buffer: int = 2, burst: bool = False) -> tuple[Load, list[int]]:
-    config = NodeConfig(
-        node_id=None,
-        workers=2,
-        buffer=buffer,
-        batch_size=100,
-        topics=None,
-        poll_interval=1.0,
-        listen_notify=True,
-        shutdown_max_wait=1.0,
-        status_interval=0.0,
-        reap_interval=1.0,
-        heartbeat_frequency=1.0,
-        liveness_interval=30.0,
-        burst=burst,
-    )
+    config = NodeConfig.from_settings(workers=2, buffer=buffer, batch_size=100, burst=burst)
     woken: list[int] = []
     result = Load(config, on_room=lambda: woken.append(result.count))
     return result, woken
