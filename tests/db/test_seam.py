@@ -264,3 +264,18 @@ def test_an_error_while_serving_is_a_lost_connection_too(monkeypatch):
     waits: list[float] = []
     policy.run(serve, stopped=lambda: False, wait=waits.append)
     assert (len(rounds), waits) == (2, [db.RECONNECT_DELAY])
+
+
+@needs_psycopg
+def test_listen_connections_open_with_the_listen_database(monkeypatch, settings):
+    """The node's and the long-poll's policies (no ``using``) connect with the alias
+    ``LISTEN_DATABASE`` names, read at each connection; without it, with ``DATABASE``."""
+    asked: list[str] = []
+    monkeypatch.setattr(db.listen, "listen_params", lambda using: asked.append(using) or {})
+    monkeypatch.setattr(psycopg, "connect", failing(0, lambda: FakeListenConnection([])))
+    policy = db.Listening("LISTEN for the test")
+    policy.run(lambda conn: None, stopped=lambda: False, wait=lambda seconds: None)
+    settings.TASKS_COORD = {"LISTEN_DATABASE": "direct"}
+    assert db.listen_alias() == "direct"
+    policy.run(lambda conn: None, stopped=lambda: False, wait=lambda seconds: None)
+    assert asked == ["default", "direct"]
