@@ -34,6 +34,7 @@ from django_tasks_coord.db.reconnect import (
     connection_lost,
     reset_connection,
     retry_while_lost,
+    wait_for_database,
 )
 from django_tasks_coord.db.transactions import (
     ago,
@@ -90,5 +91,6 @@ __all__ = [
     "table_rows",
     "topic_in_key_lookups",
     "uses_virtual_columns",
+    "wait_for_database",
     "write_transaction",
 ]

@@ -216,6 +216,34 @@ def retry_while_lost[T](
         return result
 
 
+def wait_for_database(
+    what: str, *, stopped: Callable[[], bool], sleep: Callable[[float], object] = time.sleep
+) -> bool:
+    """Connect to the app's database, trying again after :class:`Reconnect`'s back-off for
+    as long as the server is unreachable; True once it answers, False if ``stopped()``.
+
+    For a process starting while the database is down (a restart, a deployment that
+    starts everything at once): it waits, logging one WARNING (``what``: waiting for the
+    database...) and one INFO when the database answers, instead of dying with a
+    traceback. ``stopped()`` is checked at least every 0.1 s of a wait. An error that is not
+    a lost connection (a wrong password, a database that does not exist) is raised.
+    """
+    reconnect = Reconnect(what)
+    while not stopped():
+        try:
+            connections[alias()].ensure_connection()
+        except Exception as exc:
+            if not connection_lost(exc):
+                raise
+            deadline = time.monotonic() + reconnect.failed(exc)
+            while not stopped() and (left := deadline - time.monotonic()) > 0:
+                sleep(min(left, 0.1))
+            continue
+        reconnect.succeeded()
+        return True
+    return False
+
+
 def _sleep(seconds: float) -> bool:
     time.sleep(seconds)  # a thread without a stop event backing off: nothing to wake it
     return False

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_tasks_coord import definitions, handlers
+from django_tasks_coord import db, definitions, handlers
 from django_tasks_coord.conf import DEFAULTS, app_settings
 from django_tasks_coord.exceptions import ConfigurationError, DuplicateOwnerError
 from django_tasks_coord.management.commands._arguments import (
@@ -167,13 +167,24 @@ class Command(BaseCommand):
             gc.freeze()
 
     def execute(self, *args: Any, **options: Any) -> Any:
-        """Handle SIGTERM/SIGINT from before the system checks to the end (:class:`StopSignals`)."""
-        self._signals = StopSignals()
-        self._signals.install()
+        """Handle SIGTERM/SIGINT from before the system checks to the end (:class:`StopSignals`).
+
+        A database that does not answer yet (it is starting too, or restarting) is waited
+        for, with back-off and one WARNING, before the system checks (some of which, on
+        MariaDB/MySQL, query it): a signal meanwhile ends the command cleanly.
+        """
+        self._signals = stops = StopSignals()
+        stops.install()
         try:
+            self._configure_logging(options.get("verbosity", 1))
+            if not db.wait_for_database(
+                "Start-up: waiting for the database", stopped=lambda: stops.received is not None
+            ):
+                stops.stop_requested()  # logs why
+                return None
             return super().execute(*args, **options)
         finally:
-            self._signals.restore()
+            stops.restore()
 
     def handle(self, *args: Any, **options: Any) -> None:
         stops: StopSignals = getattr(self, "_signals", None) or StopSignals()
