@@ -6,7 +6,8 @@ configured with, as a user installs it), and ``django-admin startproject`` makes
 in a temporary directory that is set up as the quickstart says: ``django_tasks_coord`` in
 ``INSTALLED_APPS``, ``TASKS`` on its ``DatabaseBackend``, and an app of the user's
 (``shop``, copied from ``tests/userland/shop/``). Its database is the one ``DATABASE_URL``
-names (SQLite without it; PostgreSQL: a database of its own on that server).
+names (SQLite without it; PostgreSQL or MariaDB/MySQL: a database of its own on that
+server).
 
 Tests get the :class:`Project` (fixture ``project``) and run ``manage.py`` commands and
 Python code in it: nothing of this test run (settings, ``sys.path``, the test database)
@@ -151,7 +152,8 @@ def _build_wheel(into: Path) -> Path:
 
 
 def _database(vendor: str, url: str, name: str, sqlite_file: Path) -> dict[str, object]:
-    """The project's ``DATABASES["default"]``: a SQLite file, or a PostgreSQL database of its own."""
+    """The project's ``DATABASES["default"]``: a SQLite file, or a database of its own on the
+    PostgreSQL or MariaDB/MySQL server (Django's defaults otherwise, as a user has them)."""
     if vendor == "sqlite":
         return {"ENGINE": "django.db.backends.sqlite3", "NAME": str(sqlite_file)}
     config = environ.Env.db_url_config(url)
@@ -173,6 +175,46 @@ def _postgres(settings: dict[str, object], sql: str) -> None:
         conn.execute(sql)  # type: ignore[arg-type]
 
 
+def _mysql(settings: dict[str, object], sql: str) -> None:
+    import MySQLdb
+
+    conn = MySQLdb.connect(
+        host=str(settings.get("HOST") or "127.0.0.1"),
+        port=int(str(settings.get("PORT") or 3306)),
+        user=str(settings.get("USER") or ""),
+        password=str(settings.get("PASSWORD") or ""),
+    )
+    try:
+        conn.cursor().execute(sql)
+    finally:
+        conn.close()
+
+
+def _recreate(vendor: str, database: dict[str, object]) -> None:
+    """Drop the server's database ``database["NAME"]`` if it exists, and create it empty."""
+    name = database["NAME"]
+    if vendor == "postgresql":
+        _postgres(database, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        _postgres(database, f'CREATE DATABASE "{name}"')
+    else:
+        _mysql(database, f"DROP DATABASE IF EXISTS `{name}`")
+        _mysql(database, f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+
+
+def _drop(vendor: str, database: dict[str, object]) -> None:
+    name = database["NAME"]
+    if vendor == "postgresql":
+        _postgres(database, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    else:
+        _mysql(database, f"DROP DATABASE IF EXISTS `{name}`")
+
+
+#: ``DATABASE_URL`` schemes of the servers this layer runs on (SQLite without a URL).
+_VENDORS = {"postgres": "postgresql", "pgsql": "postgresql", "mysql": "mysql"}
+#: The extra a user installs for each database's driver.
+_EXTRAS = {"postgresql": "[postgres]", "mysql": "[mysql]", "sqlite": ""}
+
+
 @dataclass
 class Installation:
     """The wheel of this checkout installed into a fresh virtual environment."""
@@ -192,20 +234,19 @@ class Installation:
         return project
 
     def database(self, name: str) -> dict[str, object]:
-        """``DATABASES["default"]`` for a project: SQLite in ``base``, else a new PostgreSQL
-        database ``name`` (made now, dropped by :meth:`drop_databases`)."""
+        """``DATABASES["default"]`` for a project: SQLite in ``base``, else a new database
+        ``name`` on the server (made now, dropped by :meth:`drop_databases`)."""
         suffixed = f"{name}{os.environ.get('TEST_DB_SUFFIX', '')}"
         database = _database(self.vendor, self.url, suffixed, self.base / f"{name}.sqlite3")
-        if self.vendor == "postgresql":
-            _postgres(database, f'DROP DATABASE IF EXISTS "{suffixed}" WITH (FORCE)')
-            _postgres(database, f'CREATE DATABASE "{suffixed}"')
+        if self.vendor != "sqlite":
+            _recreate(self.vendor, database)
             self._made.append(database)
         return database
 
     def drop_databases(self) -> None:
-        """Drop the PostgreSQL databases :meth:`database` made."""
+        """Drop the server databases :meth:`database` made."""
         for database in self._made:
-            _postgres(database, f'DROP DATABASE IF EXISTS "{database["NAME"]}" WITH (FORCE)')
+            _drop(self.vendor, database)
 
     def __post_init__(self) -> None:
         self._made: list[dict[str, object]] = []
@@ -215,16 +256,16 @@ class Installation:
 def installation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installation]:
     """The wheel of this checkout in a fresh virtual environment (one per test session)."""
     url = os.environ.get("DATABASE_URL", "")
-    vendor = "postgresql" if url.startswith(("postgres", "pgsql")) else "sqlite" if not url else ""
+    vendor = _VENDORS.get(url.split(":", 1)[0], "") if url else "sqlite"
     if not vendor:
-        pytest.skip("the userland layer runs on SQLite and PostgreSQL")
+        pytest.skip("the userland layer runs on SQLite, PostgreSQL and MariaDB/MySQL")
     base = tmp_path_factory.mktemp("userland")
     wheel = _build_wheel(base)
     venv = base / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     env = _user_env(venv)
     python = venv / "bin" / "python"
-    requirement = f"{wheel}[postgres]" if vendor == "postgresql" else str(wheel)
+    requirement = f"{wheel}{_EXTRAS[vendor]}"
     installed = Installation(base=base, python=python, env=env, vendor=vendor, url=url)
     Project(path=base, python=python, env=env, vendor=vendor).run(
         python, "-m", "pip", "install", "--quiet", requirement, timeout=900

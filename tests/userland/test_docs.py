@@ -6,7 +6,8 @@ The snippets come out of the Markdown, so the docs cannot drift from the code:
 
 - a snippet whose first line is ``# settings.py`` is appended to the project's settings
   (the PostgreSQL ``DATABASES`` block only where the run has PostgreSQL; its connection comes
-  from the ``PG*`` variables, as the block says);
+  from the ``PG*`` variables, as the block says; on MariaDB/MySQL, where the documents show
+  no block, the project's ``DATABASES`` names a database of its own on the server);
 - one whose first line names another file (``# myapp/consumers.py``) becomes that file;
 - any other runs, in the document's order, with ``manage.py shell -c`` after ``migrate``.
 
@@ -64,8 +65,13 @@ def follow(installation: Installation, document: str) -> tuple[Project, list[str
     project = installation.startproject(Path(document).stem.lower())
     project.manage("startapp", "myapp")
     settings = project.path / NAME / "settings.py"
+    name = f"tasks_coord_{Path(document).stem.lower()}"
+    if installation.vendor == "mysql":  # the docs show no MariaDB block: the user's own
+        database = installation.database(name)
+        with settings.open("a") as file:
+            file.write(f"\nDATABASES = {{'default': {database!r}}}\n")
     if installation.vendor == "postgresql":
-        database = installation.database(f"tasks_coord_{Path(document).stem.lower()}")
+        database = installation.database(name)
         project.env.update(
             PGDATABASE=str(database["NAME"]),
             PGUSER=str(database.get("USER", "")),
@@ -89,11 +95,11 @@ def follow(installation: Installation, document: str) -> tuple[Project, list[str
                 project.manage("migrate", "--noinput")
                 migrated = True
             outputs.append(project.manage("shell", "-v", "0", "-c", snippet.code).stdout)
-    if installation.vendor == "postgresql":  # the docs' block is the project's database
+    if installation.vendor != "sqlite":  # the project runs on the server's database
         engine = project.python_code(
             "from django.db import connection; print(connection.vendor, connection.settings_dict['NAME'])"
         )
-        assert engine.stdout.split() == ["postgresql", project.env["PGDATABASE"]]
+        assert engine.stdout.split() == [installation.vendor, str(database["NAME"])]
     return project, outputs
 
 
