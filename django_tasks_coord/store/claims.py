@@ -10,6 +10,7 @@ task twice (:func:`~django_tasks_coord.db.claim_statement` says how each databas
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Collection, Sequence
@@ -23,6 +24,8 @@ from django_tasks_coord import db
 from django_tasks_coord.enums import IN_FLIGHT, Condition, Order, TaskState
 from django_tasks_coord.models import Owner, Task, TaskQuerySet
 from django_tasks_coord.store.fencing import held
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "CLAIM_CHECK_SECONDS",
@@ -96,6 +99,8 @@ def claim(
             tasks = _claim_locked(due, limit, changes, conn)
     except DatabaseError as exc:
         if not db.connection_lost(exc):
+            if how == db.CLAIM_JOINED:  # its UPDATE may have committed before the SELECT failed
+                _give_back(name, exec_id, using)
             raise
         tasks = _claimed(name, exec_id, using)
         if not tasks:
@@ -202,6 +207,18 @@ def _claim_locked(
         task.state, task.attempts, task.finished_at = TaskState.ACTIVE, task.attempts + 1, None
         task.exec_id, task.started_at = changes["exec_id"], changes["started_at"]
     return tasks
+
+
+def _give_back(name: str, exec_id: uuid.UUID, using: str) -> None:
+    """Return the tasks a claim took to the queue, its attempt refunded: the claim failed
+    after its rows were written, and nobody would start them (a failure of this is logged;
+    the node's owner gives them back when it stops or registers again)."""
+    try:
+        _under(name, exec_id, using).update(
+            state=TaskState.PENDING, owner=None, exec_id=None, attempts=F("attempts") - 1
+        )
+    except DatabaseError:
+        logger.exception("Could not give back the tasks of a failed claim (%s).", exec_id)
 
 
 def _under(name: str, exec_id: uuid.UUID, using: str) -> TaskQuerySet:

@@ -112,3 +112,25 @@ def test_a_claim_skips_a_row_locked_elsewhere_and_waits_for_none(condition):
         release.set()
         holder.join(30)
     assert [task.payload for task in queue.poll("jobs", 4)] == [1]  # the next claim takes it
+
+
+def test_a_two_statement_claim_whose_select_fails_gives_its_rows_back():
+    if _statements() != (2, 1):
+        pytest.skip("the claim is one statement, or a transaction, here")
+    from django.db import OperationalError
+
+    queue.register_topic("jobs")
+    queue.push("jobs", "a")
+    statements: list[str] = []
+
+    def interrupted_read(execute, sql, params, many, context):
+        statements.append(sql)
+        if len(statements) == 2:  # the SELECT of the rows the UPDATE took
+            raise OperationalError(1317, "Query execution was interrupted")
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(interrupted_read), pytest.raises(OperationalError):
+        queue.poll("jobs", 1)
+    task = Task.objects.get()
+    assert (task.state, task.exec_id, task.attempts) == (TaskState.PENDING, None, 0)
+    assert [t.identifier for t in queue.poll("jobs", 1)] == ["a"]
