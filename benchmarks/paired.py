@@ -54,11 +54,20 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import common
+from benchmarks import django_tasks as task_bench
+from benchmarks.benchapp.drain import TASKS_TOPIC
 from benchmarks.cluster import run_node
 from benchmarks.throughput import TOPIC, TUNED
 
 WORKTREE = "WORKTREE"
-SETTINGS = {"tuned": TUNED, "defaults": {}}
+#: What a node drains: ``consumer``, the ``noop`` consumer's tasks (throughput.py's "ours"),
+#: or ``task``, Django ``@task`` no-ops through ``DatabaseBackend`` (django_tasks.py's).
+KINDS = ("consumer", "task")
+#: Node settings per kind: ``tuned`` is each benchmark's tuning.
+SETTINGS = {
+    "consumer": {"tuned": TUNED, "defaults": {}},
+    "task": {"tuned": task_bench.TUNED, "defaults": {}},
+}
 
 
 @dataclasses.dataclass
@@ -72,7 +81,7 @@ class Version:
     config: dict[str, Any]  # its DATABASES entry
 
     def env(self, tasks_coord: dict[str, Any] | None = None) -> dict[str, str]:
-        env = common.bench_env(self.config, tasks_coord=tasks_coord)
+        env = common.bench_env(self.config, tasks_coord=tasks_coord, BENCH_TASKS_BACKEND="1")
         env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([str(self.source), str(common.ROOT)]))
         return env
 
@@ -125,16 +134,20 @@ def prepare(args: argparse.Namespace, tmp: Path) -> list[Version]:
     return versions
 
 
-def drain(version: Version, tasks: int, settings: dict[str, Any]) -> dict[str, Any]:
-    """Fill ``version``'s queue, drain it with one burst node of that version; the figures."""
-    version.run("benchmarks.benchapp.drain", "fill", str(tasks))
+def drain(version: Version, kind: str, tasks: int, settings: dict[str, Any]) -> dict[str, Any]:
+    """Fill ``version``'s queue with ``kind`` tasks, drain it with one burst node of that
+    version; the figures."""
+    topic = TOPIC if kind == "consumer" else TASKS_TOPIC
+    version.run(
+        "benchmarks.benchapp.drain", "fill" if kind == "consumer" else "fill-tasks", str(tasks)
+    )
     env = version.env(settings)
     code, wall, output = run_node(
-        env, "--burst", "--topic", TOPIC, "-v", "0", source=version.source
+        env, "--burst", "--topic", topic, "-v", "0", source=version.source
     )
     if code:
         raise RuntimeError(f"{version.label}: runscheduler --burst exited {code}:\n{output}")
-    row = json.loads(version.run("benchmarks.benchapp.drain", "read"))
+    row = json.loads(version.run("benchmarks.benchapp.drain", "read", "--topic", topic))
     if not Path(row["package"]).resolve().is_relative_to(version.source.resolve()):
         raise RuntimeError(f"{version.label} imported {row['package']}, not {version.source}")
     if row["done"] != tasks:
@@ -156,20 +169,25 @@ def run_rounds(args: argparse.Namespace, versions: list[Version]) -> list[dict[s
     for number in range(args.rounds):
         order = versions if number % 2 == 0 else versions[::-1]
         entry: dict[str, Any] = {"round": number + 1, "order": [v.label for v in order]}
-        for name in args.settings:
-            entry[name] = {}
-            for version in order:
-                figures = drain(version, args.tasks, SETTINGS[name])
-                entry[name][version.label] = figures
-                print(
-                    f"round {number + 1}/{args.rounds} {name:8} {version.label}: "
-                    f"{figures['rate']:6} tasks/s (drain {figures['drain_s']:.2f} s, "
-                    f"wall {figures['wall_s']:.2f} s)",
-                    flush=True,
+        for kind in args.kinds:
+            for setting in args.settings:
+                name = f"{kind} {setting}"
+                entry[name] = {}
+                for version in order:
+                    figures = drain(version, kind, args.tasks, SETTINGS[kind][setting])
+                    entry[name][version.label] = figures
+                    print(
+                        f"round {number + 1}/{args.rounds} {name:17} {version.label}: "
+                        f"{figures['rate']:6} tasks/s (drain {figures['drain_s']:.2f} s, "
+                        f"wall {figures['wall_s']:.2f} s)",
+                        flush=True,
+                    )
+                entry[name]["ratio"] = round(
+                    entry[name]["head"]["rate"] / entry[name]["base"]["rate"], 3
                 )
-            entry[name]["ratio"] = round(
-                entry[name]["head"]["rate"] / entry[name]["base"]["rate"], 3
-            )
+                entry[name]["wall_ratio"] = round(
+                    entry[name]["head"]["wall_rate"] / entry[name]["base"]["wall_rate"], 3
+                )
         rounds.append(entry)
     return rounds
 
@@ -177,7 +195,7 @@ def run_rounds(args: argparse.Namespace, versions: list[Version]) -> list[dict[s
 def summarize(args: argparse.Namespace, rounds: list[dict[str, Any]]) -> dict[str, Any]:
     """Per settings: each version's median rate, and the head/base ratios' median and range."""
     summary = {}
-    for name in args.settings:
+    for name in (f"{kind} {setting}" for kind in args.kinds for setting in args.settings):
         ratios = [r[name]["ratio"] for r in rounds]
         low, high = min(ratios), max(ratios)
         verdict = (
@@ -197,6 +215,7 @@ def summarize(args: argparse.Namespace, rounds: list[dict[str, Any]]) -> dict[st
                 statistics.median(r[name]["head"]["wall_rate"] for r in rounds)
             ),
             "ratio_median": round(statistics.median(ratios), 3),
+            "wall_ratio_median": round(statistics.median(r[name]["wall_ratio"] for r in rounds), 3),
             "ratio_min": low,
             "ratio_max": high,
             "verdict": verdict,
@@ -220,14 +239,14 @@ def markdown(document: dict[str, Any]) -> str:
         "Rate = tasks / (last finish - first start), from the task table; in brackets, tasks / "
         "wall time of the node process (start-up included). Ratio = head / base within a round.",
         "",
-        "| settings | base (tasks/s) | head (tasks/s) | head / base, median | range over rounds | verdict |",
-        "| --- | ---: | ---: | ---: | ---: | --- |",
+        "| tasks, settings | base (tasks/s) | head (tasks/s) | head / base, median | range over rounds | whole process, median | verdict |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for name, s in summary.items():
         lines.append(
             f"| {name} | {s['base_rate']:,} ({s['base_wall_rate']:,}) | {s['head_rate']:,} "
             f"({s['head_wall_rate']:,}) | {s['ratio_median']:.3f} | {s['ratio_min']:.3f}-"
-            f"{s['ratio_max']:.3f} | {s['verdict']} |"
+            f"{s['ratio_max']:.3f} | {s.get('wall_ratio_median', '-')} | {s['verdict']} |"
         )
     columns = "".join(f" {n} base | {n} head | {n} ratio |" for n in summary)
     lines += ["", "## Rounds", "", f"| round | order |{columns}"]
@@ -240,7 +259,9 @@ def markdown(document: dict[str, Any]) -> str:
         lines.append(f"| {r['round']} | {'-'.join(r['order'])} | " + " | ".join(cells) + " |")
     lines += [
         "",
-        f"Settings: tuned = `{json.dumps(TUNED)}`, defaults = the package's. Databases: "
+        f"Tasks: `consumer` = the `noop` consumer's tasks, `task` = Django `@task` no-ops "
+        f"(`DatabaseBackend`). Settings: tuned = `{json.dumps(TUNED)}` (consumer), "
+        f"`{json.dumps(task_bench.TUNED)}` (task), defaults = the package's. Databases: "
         f"`{base['database']}` (base), `{head['database']}` (head), each migrated, filled and "
         "read by its own version. Command: `" + meta["command"] + "`.",
         "",
@@ -261,12 +282,16 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--tasks", type=int, default=4000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--settings", default="tuned,defaults", help="tuned, defaults or both")
+    parser.add_argument("--kinds", default="consumer", help="consumer, task or both")
     parser.add_argument("--output", default="throughput_paired", help="results/OUTPUT.{json,md}")
     parser.add_argument("--no-write", action="store_true", help="Print, do not store results.")
     args = parser.parse_args()
     args.settings = [s.strip() for s in args.settings.split(",") if s.strip()]
-    if not args.settings or set(args.settings) - set(SETTINGS):
-        parser.error(f"--settings: choose from {', '.join(SETTINGS)}")
+    if not args.settings or set(args.settings) - {"tuned", "defaults"}:
+        parser.error("--settings: choose from tuned, defaults")
+    args.kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    if not args.kinds or set(args.kinds) - set(KINDS):
+        parser.error(f"--kinds: choose from {', '.join(KINDS)}")
     if args.rounds < 3:
         parser.error("--rounds must be at least 3 (medians)")
     return args

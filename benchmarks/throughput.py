@@ -116,8 +116,11 @@ TASKS_DB_TABLE = "django_tasks_database_dbtaskresult"
 
 OURS_TUNED = "ours (tuned)"
 OURS_DEFAULT = "ours (defaults)"
-TASKS_DB = "django-tasks-db"
-PROCRASTINATE = "procrastinate"
+TASKS_DB = "django-tasks-db (defaults: 1 worker)"
+TASKS_DB_BEST_2 = "django-tasks-db (2 workers, CONN_MAX_AGE=None)"
+TASKS_DB_BEST_4 = "django-tasks-db (4 workers, CONN_MAX_AGE=None)"
+PROCRASTINATE_DEFAULT = "procrastinate (defaults: concurrency 1)"
+PROCRASTINATE = f"procrastinate (concurrency {PROCRASTINATE_CONCURRENCY})"
 CEILING = "ceiling: pgbench, 1 txn/task"
 TWO_STEP = "pgbench, 2 txns/task"
 
@@ -313,27 +316,110 @@ def peer_versions(python: Path) -> dict[str, str]:
     return versions
 
 
-class Peers:
-    """Runs django-tasks-db and procrastinate from their virtualenv."""
+@dataclasses.dataclass(frozen=True)
+class PeerSetup:
+    """One way of running a peer: its label and settings.
 
-    def __init__(self) -> None:
+    django-tasks-db: ``workers`` ``db_worker`` processes at once, persistent connections
+    (``CONN_MAX_AGE=None``) or not. procrastinate: one worker with ``concurrency``.
+    """
+
+    label: str
+    system: str  # "tasks_db" or "procrastinate"
+    workers: int = 1
+    persistent: bool = False
+    concurrency: int = 1
+    best: bool = False  # the peer's best documented settings (a default otherwise)
+
+
+#: Each peer at its defaults and at its best documented settings: django-tasks-db with
+#: persistent connections and several workers (2 and 4: the better one is "best"),
+#: procrastinate with concurrency. Ours are compared with each, in the same round.
+PEER_SETUPS = (
+    PeerSetup(TASKS_DB, "tasks_db"),
+    PeerSetup(TASKS_DB_BEST_2, "tasks_db", workers=2, persistent=True, best=True),
+    PeerSetup(TASKS_DB_BEST_4, "tasks_db", workers=4, persistent=True, best=True),
+    PeerSetup(PROCRASTINATE_DEFAULT, "procrastinate"),
+    PeerSetup(PROCRASTINATE, "procrastinate", concurrency=PROCRASTINATE_CONCURRENCY, best=True),
+)
+
+
+def run_together(
+    cmds: list[list[Any]], env: dict[str, str], *, time_box: float | None = None
+) -> float:
+    """Run ``cmds`` at once in the project root; the wall time until the last one exited.
+
+    With ``time_box``, those still running then get SIGTERM (a graceful stop). Raise if one
+    failed otherwise.
+    """
+    start = time.perf_counter()
+    with tempfile.TemporaryFile(mode="w+") as out:
+        procs = [
+            subprocess.Popen(
+                [str(part) for part in cmd], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+            )
+            for cmd in cmds
+        ]
+        deadline = None if time_box is None else start + time_box
+        stopped = False
+        for proc in procs:
+            try:
+                left = None if deadline is None else max(deadline - time.perf_counter(), 0.01)
+                proc.wait(timeout=left)
+            except subprocess.TimeoutExpired:
+                stopped = True
+                terminate(procs, 30)
+                break
+        elapsed = time.perf_counter() - start
+        out.seek(0)
+        output = out.read()
+    if not stopped and any(proc.returncode for proc in procs):
+        raise RuntimeError(
+            f"{cmds[0]} exited with {[p.returncode for p in procs]}:\n{output[-4000:]}"
+        )
+    return elapsed
+
+
+class Peers:
+    """Runs django-tasks-db and procrastinate from their virtualenv.
+
+    ``tasks_db_name`` is django-tasks-db's database (each benchmark has its own, so two may
+    run at once); a peer still busy after ``time_box`` seconds is stopped and timed on the
+    tasks it finished.
+    """
+
+    def __init__(self, tasks_db_name: str = TASKS_DB_DB, time_box: float = PEER_TIME_BOX) -> None:
         self.python = peers_python()
         self.versions = peer_versions(self.python)
+        self.tasks_db_name = tasks_db_name
+        self.time_box = time_box
         self._ready: set[str] = set()
 
-    def tasks_db(self, vendor: str, count: int) -> Drain:
-        """Enqueue ``count`` no-op tasks, then drain them with one ``db_worker --batch``."""
-        config = database(vendor, TASKS_DB_DB)
+    def drain(self, vendor: str, setup: PeerSetup, count: int) -> Drain:
+        """Fill the peer's queue with ``count`` no-op tasks and drain it as ``setup`` says."""
+        if setup.system == "procrastinate":
+            return self.procrastinate(count, setup.concurrency)
+        return self.tasks_db(vendor, count, workers=setup.workers, persistent=setup.persistent)
+
+    def tasks_db(
+        self, vendor: str, count: int, *, workers: int = 1, persistent: bool = False
+    ) -> Drain:
+        """Enqueue ``count`` no-op tasks, then drain them with ``workers`` ``db_worker
+        --batch`` processes at once (``persistent``: ``CONN_MAX_AGE=None``)."""
+        config = database(vendor, self.tasks_db_name)
         env = django_env(config, system="tasks_db")
         if f"tasks_db-{vendor}" not in self._ready:
             create_database(config)
             run([self.python, "-m", "benchmarks.benchapp.peers", "tasks_db", "migrate"], env)
             self._ready.add(f"tasks_db-{vendor}")
         run([self.python, "-m", "benchmarks.benchapp.peers", "tasks_db", "enqueue", count], env)
-        alias = alias_of(vendor, TASKS_DB_DB)
+        alias = alias_of(vendor, self.tasks_db_name)
         tidy(alias, TASKS_DB_TABLE)
+        if persistent:
+            env = django_env({**config, "CONN_MAX_AGE": None}, system="tasks_db")
         cmd = [self.python, "manage.py", "db_worker", "--batch", "--no-startup-delay"]
-        wall, _ = run([*cmd, "--interval", "0", "-v", "0"], env, time_box=PEER_TIME_BOX)
+        cmd += ["--interval", "0", "-v", "0"]
+        wall = run_together([cmd] * workers, env, time_box=self.time_box)
         rows = query(
             alias,
             "SELECT SUM(CASE WHEN status = 'SUCCESSFUL' THEN 1 ELSE 0 END), "
@@ -341,8 +427,8 @@ class Peers:
         )
         return drain_from(rows, wall, count, "db_worker", partial=True)
 
-    def procrastinate(self, count: int) -> Drain:
-        """Defer ``count`` no-op jobs, then run one worker (concurrency 8) until none is left."""
+    def procrastinate(self, count: int, concurrency: int = PROCRASTINATE_CONCURRENCY) -> Drain:
+        """Defer ``count`` no-op jobs, then run one worker (``concurrency``) until none is left."""
         config = database("postgres", PROCRASTINATE_DB)
         env = subprocess_env(
             None,
@@ -364,12 +450,12 @@ class Peers:
             "--app=benchmarks.benchapp.procrastinate_app.app",
             "worker",
             "--concurrency",
-            PROCRASTINATE_CONCURRENCY,
+            concurrency,
             "--one-shot",
             "--queues",
             "bench",
         ]
-        wall, _ = run(worker, env, time_box=PEER_TIME_BOX)
+        wall = run_together([worker], env, time_box=self.time_box)
         rows = query(
             alias,
             "SELECT count(*) FILTER (WHERE type = 'succeeded'), "
@@ -440,14 +526,18 @@ def idle_node(vendor: str) -> Iterator[Callable[[Callable[[], bool], str], None]
         yield lambda condition, what: cluster.wait_for(condition, what, 30, every=0.01)
 
 
-def latency(vendor: str, samples: int, poll_interval: float) -> dict[str, Any]:
+def latency(
+    vendor: str, samples: int, poll_interval: float, idle_samples: int = 0, idle_s: float = 0.0
+) -> dict[str, Any]:
     """Time ``samples`` single tasks on an idle node, pushed due and pushed ahead.
 
     ``push``: handler start minus the moment the push's commit returned. ``execute_at``:
     handler start minus ``execute_at``, for tasks pushed :data:`LATENCY_AHEAD` s ahead.
     Before each push the node idles 50-150 ms; on databases without LISTEN/NOTIFY, where
-    the node finds work by polling, a random part of a poll interval is added so that
-    pushes land at every phase of the node's poll cycle, not just after a poll.
+    the node finds work by watching or polling, a random part of a poll interval is added
+    so that pushes land at every phase of the node's cycle, not just after a look.
+    ``after_idle``: ``idle_samples`` tasks each pushed after the node idled ``idle_s``
+    seconds (its idle back-off at its cap).
     """
     from django.utils import timezone
 
@@ -460,8 +550,8 @@ def latency(vendor: str, samples: int, poll_interval: float) -> dict[str, Any]:
     fill_ours(vendor, 0)
     with on(alias), idle_node(vendor) as wait_for:
 
-        def sample(i: int, ahead: float) -> float:
-            time.sleep(random.uniform(0.05, 0.15) + random.uniform(0, jitter))
+        def sample(i: int, ahead: float, idle: float = 0.0) -> float:
+            time.sleep(idle + random.uniform(0.05, 0.15) + random.uniform(0, jitter))
             execute_at = timezone.now() + timedelta(seconds=ahead) if ahead else None
             task = queue.push(LATENCY_TOPIC, f"sample-{i}", execute_at=execute_at)
             committed = time.time()
@@ -474,7 +564,11 @@ def latency(vendor: str, samples: int, poll_interval: float) -> dict[str, Any]:
             sample(-1 - i, 0)
         push = [sample(i, 0) for i in range(samples)]
         delayed = [sample(samples + i, LATENCY_AHEAD) for i in range(samples)]
-    return {"push": summary_ms(push), "execute_at": summary_ms(delayed)}
+        idle = [sample(2 * samples + i, 0, idle_s) for i in range(idle_samples)]
+    result = {"push": summary_ms(push), "execute_at": summary_ms(delayed)}
+    if idle:
+        result["after_idle"] = summary_ms(idle)
+    return result
 
 
 # --- one run --------------------------------------------------------------------------------
@@ -550,10 +644,15 @@ def run_all(args: argparse.Namespace, vendors: list[str]) -> dict[str, Any]:
             attempt(f"{vendor} migrate", lambda v=vendor: migrate_ours(v))
             measure(vendor, OURS_TUNED, lambda v=vendor: drain_ours(v, args.tasks, TUNED))
             measure(vendor, OURS_DEFAULT, lambda v=vendor: drain_ours(v, args.tasks, {}))
-            if peers is not None and (vendor == "postgres" or round_ == 0):
-                measure(vendor, TASKS_DB, lambda v=vendor: peers.tasks_db(v, args.tasks))
-            if vendor == "postgres" and peers is not None:
-                measure(vendor, PROCRASTINATE, lambda: peers.procrastinate(args.tasks))
+            for setup in PEER_SETUPS if peers is not None else ():
+                if setup.system == "procrastinate" and vendor != "postgres":
+                    continue  # PostgreSQL only
+                if vendor == "postgres" or round_ == 0:
+                    measure(
+                        vendor,
+                        setup.label,
+                        lambda v=vendor, s=setup: peers.drain(v, s, args.tasks),  # type: ignore[union-attr]
+                    )
             if vendor == "postgres" and Path(PGBENCH).exists():
                 measure(vendor, CEILING, lambda: ceiling(CEILING, "pgbench_claim.sql"))
                 measure(vendor, TWO_STEP, lambda: ceiling(TWO_STEP, "pgbench_claim_two_step.sql"))
@@ -564,7 +663,9 @@ def run_all(args: argparse.Namespace, vendors: list[str]) -> dict[str, Any]:
             print(f"  {vendor:8} start latency, {args.latency_samples} samples x 2", flush=True)
             measured = attempt(
                 f"{vendor} latency",
-                lambda v=vendor: latency(v, args.latency_samples, poll_interval),
+                lambda v=vendor: latency(
+                    v, args.latency_samples, poll_interval, args.idle_samples, args.idle_seconds
+                ),
             )
             if measured is not None:
                 latencies[vendor] = measured
@@ -574,6 +675,14 @@ def run_all(args: argparse.Namespace, vendors: list[str]) -> dict[str, Any]:
             for vendor, by_name in drains.items()
         },
         "ratios": ratios(drains),
+        "ratio_matrix": {
+            vendor: ratio_matrix(by_name, [OURS_DEFAULT, OURS_TUNED])
+            for vendor, by_name in drains.items()
+        },
+        "best": {
+            vendor: {system: best_of(by_name, system) for system in ("tasks_db", "procrastinate")}
+            for vendor, by_name in drains.items()
+        },
         "pgbench_tps": {name: [round(v) for v in values] for name, values in tps.items() if values},
         "latency": latencies,
         "peer_versions": peers.versions if peers else {},
@@ -583,20 +692,48 @@ def run_all(args: argparse.Namespace, vendors: list[str]) -> dict[str, Any]:
 
 def ratios(drains: dict[str, dict[str, list[Drain]]]) -> dict[str, dict[str, float]]:
     """Ours (tuned) over each other system, per round, then the median over rounds."""
+    return {
+        vendor: {
+            other: matrix[f"{OURS_TUNED} / {other}"]["drain"]
+            for other in by_name
+            if f"{OURS_TUNED} / {other}" in (matrix := ratio_matrix(by_name, [OURS_TUNED]))
+        }
+        for vendor, by_name in drains.items()
+    }
+
+
+def ratio_matrix(by_name: dict[str, list[Drain]], ours: list[str]) -> dict[str, dict[str, float]]:
+    """Each of ``ours`` over each other system measured in the same rounds: the median of
+    the per-round ratios of the drain rates (first start to last finish), and of the
+    whole-process rates (tasks / wall time of the worker processes), as
+    ``{"OURS / OTHER": {"drain": x, "wall": y, "rounds": n}}``."""
     result: dict[str, dict[str, float]] = {}
-    for vendor, by_name in drains.items():
-        ours = by_name.get(OURS_TUNED, [])
-        result[vendor] = {}
-        for name, others in by_name.items():
-            if name == OURS_TUNED:
+    for mine in ours:
+        for other, theirs in by_name.items():
+            if other in ours or other == mine:
                 continue
-            other_by_round = {d.round: d for d in others}
-            per_round = [
-                d.rate / other_by_round[d.round].rate for d in ours if d.round in other_by_round
-            ]
-            if per_round:
-                result[vendor][name] = round(statistics.median(per_round), 2)
+            by_round = {d.round: d for d in theirs}
+            pairs = [(d, by_round[d.round]) for d in by_name.get(mine, []) if d.round in by_round]
+            if not pairs:
+                continue
+            result[f"{mine} / {other}"] = {
+                "drain": round(statistics.median(a.rate / b.rate for a, b in pairs), 2),
+                "wall": round(statistics.median(a.wall_rate / b.wall_rate for a, b in pairs), 2),
+                "rounds": len(pairs),
+            }
     return result
+
+
+def best_of(by_name: dict[str, list[Drain]], system: str) -> str | None:
+    """The label of ``system``'s best documented settings that drained fastest (median)."""
+    measured = [
+        setup.label
+        for setup in PEER_SETUPS
+        if setup.system == system and setup.best and by_name.get(setup.label)
+    ]
+    return max(
+        measured, key=lambda label: statistics.median(d.rate for d in by_name[label]), default=None
+    )
 
 
 # --- results --------------------------------------------------------------------------------
@@ -627,7 +764,7 @@ def server_info(vendors: list[str]) -> dict[str, Any]:
 
 
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """The issue's targets on PostgreSQL, each with its figure and whether it is met."""
+    """The issue's targets on PostgreSQL (issue 20), each with its figure and whether it is met."""
     pg = results["throughput"].get("postgres")
     if not pg:
         return []
@@ -636,22 +773,22 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     def add(target: str, figure: float | None, met: bool | None, unit: str) -> None:
         rows.append({"target": target, "figure": figure, "unit": unit, "met": met})
 
-    for name in (OURS_TUNED, OURS_DEFAULT):
+    for name, need in ((OURS_DEFAULT, 5000), (OURS_TUNED, 10000)):
         if name in pg:
-            add(f"{name}: >= 5,000 tasks/s", pg[name]["rate"], pg[name]["rate"] >= 5000, "tasks/s")
+            rate = pg[name]["rate"]
+            add(f"{name}: >= {need:,} tasks/s", rate, rate >= need, "tasks/s")
     ratio = results["ratios"].get("postgres", {})
     if CEILING in ratio:
         add("ours (tuned) beats the 1-txn/task ceiling", ratio[CEILING], ratio[CEILING] > 1, "x")
-    if TASKS_DB in ratio:
-        add("ours (tuned) >= 10x django-tasks-db", ratio[TASKS_DB], ratio[TASKS_DB] >= 10, "x")
-    if PROCRASTINATE in ratio:
-        add(
-            "ours (tuned) >= 5x procrastinate", ratio[PROCRASTINATE], ratio[PROCRASTINATE] >= 5, "x"
-        )
     lat = results["latency"].get("postgres")
     if lat:
         p = lat["push"]["p99_ms"]
         add("start latency on an idle node: p99 < 50 ms", p, p < 50, "ms")
+    for vendor in ("mysql", "sqlite"):
+        lat = results["latency"].get(vendor)
+        if lat:
+            worst = max(lat["push"]["p99_ms"], lat.get("after_idle", lat["push"])["p99_ms"])
+            add(f"{LABELS[vendor]} start latency, p99 < 300 ms", worst, worst < 300, "ms")
     return rows
 
 
@@ -659,6 +796,64 @@ def write_results(results: dict[str, Any], meta: dict[str, Any]) -> None:
     """Write ``throughput.json`` and ``throughput.md`` and print the latter."""
     results["targets"] = targets(results)
     write_report("throughput", {"meta": meta, **results}, lambda: markdown(results, meta))
+
+
+def peers_method(meta: dict[str, Any], time_box: float) -> list[str]:
+    """How the peers ran (the "Settings and method" bullets both reports share)."""
+    return [
+        "- django-tasks-db "
+        f"{meta['peers'].get('django-tasks-db', '-')}: `manage.py db_worker --batch "
+        "--no-startup-delay --interval 0`, each process one task at a time (a claim "
+        "transaction, then a finish). Defaults: one process, Django's `CONN_MAX_AGE=0` (it "
+        "calls `close_old_connections()` around each task, so each task connects anew). Best "
+        "documented settings: `CONN_MAX_AGE=None` (persistent connections) and 2 or 4 processes "
+        "at once. Tasks enqueued with `bulk_create` of the rows `enqueue` writes (not timed). "
+        "Off PostgreSQL it runs in the first round only.",
+        f"- Every peer gets the same {meta['tasks']:,}-task queue and at most {time_box:.0f} s: "
+        "a worker still busy then is stopped with SIGTERM (both stop gracefully) and timed on "
+        "the tasks it finished (`N s box: done` in the table): a one-task-at-a-time worker's "
+        "rate does not depend on how far into the queue it is.",
+        f"- procrastinate {meta['peers'].get('procrastinate', '-')}: `procrastinate worker "
+        "--one-shot`, an `async def` no-op (its fastest path: coroutines run on its event "
+        "loop, plain functions in threads), a connection pool of 10; defaults: concurrency 1; "
+        f"best: `--concurrency {PROCRASTINATE_CONCURRENCY}`. Jobs deferred with `batch_defer` "
+        "(not timed); timed from `procrastinate_events` (first `started`, last `succeeded`). "
+        "PostgreSQL only.",
+        "- Whole process: tasks / the wall time from spawning the worker process(es) to the "
+        "last one's exit (start-up, the drain and the exit).",
+        "- Logging: the Django settings of every process (ours and the peers') print warnings "
+        "only; Django's own `django.tasks` INFO lines (two per task, a `@task`'s start and "
+        "finish) are not written out.",
+    ]
+
+
+def ratio_lines(results: dict[str, Any], vendors: list[str]) -> list[str]:
+    """The ratios of ours (defaults, tuned) over each peer setting, by drain rate and by
+    whole-process rate, per database, and which setting of each peer was its best."""
+    lines = [
+        "Ours divided by each other system, per round, median. *drain*: first start to last "
+        "finish; *whole process*: tasks / wall time of the worker process(es), start-up and "
+        "exit included.",
+        "",
+    ]
+    for vendor in vendors:
+        matrix = results["ratio_matrix"].get(vendor, {})
+        if not matrix:
+            continue
+        best = {k: v for k, v in results.get("best", {}).get(vendor, {}).items() if v}
+        lines += [
+            f"**{LABELS[vendor]}**"
+            + (f" (best measured: {', '.join(best.values())})" if best else ""),
+            "",
+            "| ratio | drain | whole process | rounds |",
+            "| --- | ---: | ---: | ---: |",
+        ]
+        for key, figures in matrix.items():
+            lines.append(
+                f"| {key} | {figures['drain']:.2f}x | {figures['wall']:.2f}x | {figures['rounds']} |"
+            )
+        lines.append("")
+    return lines
 
 
 def markdown(results: dict[str, Any], meta: dict[str, Any]) -> str:
@@ -704,17 +899,7 @@ def markdown(results: dict[str, Any], meta: dict[str, Any]) -> str:
             note = "".join(f"; {n}" for n in notes)
             cells.append(f"{r['rate']:,} ({r['wall_rate']:,}{note})")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    lines += ["", "Ours (tuned) divided by each other system, per round, median:", ""]
-    lines += ["| ratio | " + " | ".join(LABELS[v] for v in vendors) + " |"]
-    lines += ["| --- | " + " | ".join("---:" for _ in vendors) + " |"]
-    for name in names:
-        if name == OURS_TUNED:
-            continue
-        cells = [
-            f"{results['ratios'][v][name]:.2f}x" if name in results["ratios"].get(v, {}) else "-"
-            for v in vendors
-        ]
-        lines.append(f"| ours (tuned) / {name} | " + " | ".join(cells) + " |")
+    lines += ["", *ratio_lines(results, vendors)]
     if results["latency"]:
         lines += [
             "",
@@ -725,14 +910,21 @@ def markdown(results: dict[str, Any], meta: dict[str, Any]) -> str:
             f"`execute_at`: handler start - `execute_at`, pushed {LATENCY_AHEAD} s ahead. "
             "Node with the default settings.",
             "",
-            "| database | push median | push p99 | execute_at median | execute_at p99 |",
-            "| --- | ---: | ---: | ---: | ---: |",
+            "`after idle`: pushed after the node idled "
+            f"{meta.get('idle_seconds', '-')} s (its back-off at its cap), "
+            f"{meta.get('idle_samples', 0)} samples.",
+            "",
+            "| database | push median | push p99 | execute_at median | execute_at p99 "
+            "| after idle median | after idle max |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
         ]
         for vendor, lat in results["latency"].items():
             push, delayed = lat["push"], lat["execute_at"]
+            idle = lat.get("after_idle", {})
             lines.append(
                 f"| {LABELS[vendor]} | {push['median_ms']} | {push['p99_ms']} | "
-                f"{delayed['median_ms']} | {delayed['p99_ms']} |"
+                f"{delayed['median_ms']} | {delayed['p99_ms']} | "
+                f"{idle.get('median_ms', '-')} | {idle.get('max_ms', '-')} |"
             )
     if results["errors"]:
         lines += ["", "## Failed measurements (left out above)", ""]
@@ -765,8 +957,8 @@ def markdown(results: dict[str, Any], meta: dict[str, Any]) -> str:
         "django-tasks-db pays two per task, one task at a time; a batching node pays two per "
         "batch.",
         "- MariaDB and SQLite have no LISTEN/NOTIFY: an idle node there finds new work at its next "
-        f"poll (`POLL_INTERVAL={default['poll_interval']}` s), so its start latency is about half "
-        "an interval on average and up to a whole one.",
+        f"look of the work watch (`WATCH_INTERVAL={default.get('watch_interval', '-')}` s, one "
+        "statement), so its start latency is about half that on average and up to a whole one.",
     ]
     lines += [
         "",
@@ -779,21 +971,7 @@ def markdown(results: dict[str, Any], meta: dict[str, Any]) -> str:
         + ". Every other setting is the default: "
         + ", ".join(f"`{k.upper()}={v}`" for k, v in default.items() if k not in changed)
         + ". The queue is filled with `queue.push_many` (not timed).",
-        "- django-tasks-db "
-        f"{meta['peers'].get('django-tasks-db', '-')}: one `manage.py db_worker --batch "
-        "--no-startup-delay --interval 0` (one task at a time: a claim transaction, then a "
-        "finish); tasks enqueued with `bulk_create` of the rows `enqueue` writes (not timed). "
-        "Off PostgreSQL it runs in the first round only.",
-        f"- Both peers get the same {meta['tasks']:,}-task queue and at most {PEER_TIME_BOX:.0f} s: "
-        "a worker still busy then is stopped with SIGTERM (both stop gracefully) and timed on "
-        "the tasks it finished (`N s box: done` in the table). At about 100 tasks/s a full "
-        "django-tasks-db drain would take minutes per round, and a one-task-at-a-time worker's "
-        "rate does not depend on how far into the queue it is.",
-        f"- procrastinate {meta['peers'].get('procrastinate', '-')}: `procrastinate worker "
-        f"--concurrency {PROCRASTINATE_CONCURRENCY} --one-shot`, an `async def` no-op (its "
-        "fastest path: coroutines run on its event loop, plain functions in threads), a "
-        "connection pool of 10; jobs deferred with `batch_defer` (not timed); timed from "
-        "`procrastinate_events` (first `started`, last `succeeded`). PostgreSQL only.",
+        *peers_method(meta, PEER_TIME_BOX),
         f"- Ceiling: `pgbench -c {PGBENCH_CLIENTS} -j 2 -t N` with `benchmarks/pgbench_claim.sql` "
         "on our own task table and claim index: one statement per task that claims the next "
         "due task with `FOR UPDATE SKIP LOCKED` and marks it finished. `pgbench_claim_two_step"
@@ -820,6 +998,15 @@ def main() -> None:
     )
     parser.add_argument(
         "--latency-samples", type=int, default=50, help="Per database and mode; 0: skip."
+    )
+    parser.add_argument(
+        "--idle-samples", type=int, default=5, help="Tasks pushed after a long idle, per database."
+    )
+    parser.add_argument(
+        "--idle-seconds",
+        type=float,
+        default=35.0,
+        help="How long the node idles before each of those (its back-off at its 30 s cap).",
     )
     args = parser.parse_args()
     wanted = [v.strip() for v in args.databases.split(",") if v.strip()]
@@ -856,6 +1043,8 @@ def main() -> None:
         "tasks": args.tasks,
         "repeat": args.repeat,
         "latency_samples": args.latency_samples,
+        "idle_samples": args.idle_samples,
+        "idle_seconds": args.idle_seconds,
         "peers": results.pop("peer_versions"),
         "servers": server_info(vendors),
         "node_settings": args.node_settings,

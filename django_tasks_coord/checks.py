@@ -140,6 +140,7 @@ def _setting_problems(values: dict[str, Any]) -> list[str]:
             "HEARTBEAT_FREQUENCY",
             "LIVENESS_INTERVAL",
             "RETENTION_INTERVAL",
+            "WATCH_INTERVAL",
         )
     }
     try:

@@ -39,15 +39,18 @@ DEFAULTS: dict[str, Any] = {
     "POLL_INTERVAL": 1.0,
     # runscheduler: idle back-off. While a node finds nothing to do, the dispatcher's and the
     # scheduler's safety-net polls wait POLL_INTERVAL, then twice that after each idle round,
-    # up to this many seconds; any work resets it. The latency it costs: on MariaDB/MySQL and
-    # SQLite, work announced by another process (a push, a new schedule) starts up to this
-    # late; on PostgreSQL NOTIFY wakes nodes at once. POLL_INTERVAL or less: no back-off.
+    # up to this many seconds; any work resets it. The latency it costs: work announced by
+    # another process starts at once on PostgreSQL (NOTIFY) and within WATCH_INTERVAL
+    # elsewhere (the work watch); a new schedule made by another process starts up to this
+    # late on MariaDB/MySQL and SQLite, and so would a push with WATCH_INTERVAL 0.
+    # POLL_INTERVAL or less: no back-off.
     "MAX_POLL_INTERVAL": 5.0,
-    # runscheduler, PostgreSQL: the idle back-off's cap while the node's LISTEN connection is
-    # up. NOTIFY announces pushes, due retries, schedule changes and resumed topics, so the
-    # polls are only a safety net for changes made outside this package (raw SQL); with the
-    # listener down, or on MariaDB/MySQL and SQLite, MAX_POLL_INTERVAL applies. A value of
-    # MAX_POLL_INTERVAL or less: MAX_POLL_INTERVAL everywhere.
+    # runscheduler: the idle back-off's cap while something announces work: on PostgreSQL the
+    # node's LISTEN connection (NOTIFY announces pushes, due retries, schedule changes and
+    # resumed topics), elsewhere the dispatcher's work watch (WATCH_INTERVAL; the scheduler
+    # keeps MAX_POLL_INTERVAL there). The polls are then a safety net for changes made
+    # outside this package (raw SQL); with the listener down, MAX_POLL_INTERVAL applies. A
+    # value of MAX_POLL_INTERVAL or less: MAX_POLL_INTERVAL everywhere.
     "NOTIFIED_POLL_INTERVAL": 30.0,
     # PostgreSQL: wake up on NOTIFY (nodes, and the HTTP API's long-polls) instead of waiting
     # for the next poll. False: poll-only mode, no LISTEN connection at all (NOTIFY is still
@@ -57,6 +60,12 @@ DEFAULTS: dict[str, Any] = {
     # Behind PgBouncer (or any pooler) in transaction or statement mode, LISTEN does not
     # work: name an alias that connects to the same database directly (docs/howto/pgbouncer.md).
     "LISTEN_DATABASE": None,
+    # runscheduler, where no NOTIFY wakes nodes (MariaDB/MySQL, SQLite, LISTEN_NOTIFY off):
+    # how often the waiting nodes of a cluster look, together, for work pushed by other
+    # processes (one cheap statement; of N live nodes each looks every N x WATCH_INTERVAL).
+    # While they watch, their full polls back off up to NOTIFIED_POLL_INTERVAL. 0: no watch
+    # (work pushed elsewhere starts within MAX_POLL_INTERVAL).
+    "WATCH_INTERVAL": 0.2,
     # runscheduler: seconds running tasks get to finish after SIGTERM before they are released.
     "SHUTDOWN_MAX_WAIT": 30.0,
     # runscheduler: seconds between status lines (0: none).

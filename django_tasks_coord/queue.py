@@ -244,9 +244,11 @@ def poll(
     is False, as for nodes, which heartbeat on their own schedule; a claim for an
     owner that was declared dead fails either way, with :class:`OwnerExpiredError`).
 
-    Claims take one short transaction (``SELECT ... FOR UPDATE SKIP LOCKED`` on
-    PostgreSQL and MySQL/MariaDB; a serialized write on SQLite), so any number of
-    pollers never claim the same task twice.
+    A claim is one short statement where the database allows it (one ``UPDATE ...
+    RETURNING`` on PostgreSQL and SQLite, an ``UPDATE`` and a ``SELECT`` on MariaDB, a
+    transaction on MySQL), whose rows are picked with ``SELECT ... FOR UPDATE SKIP
+    LOCKED`` (a serialized write on SQLite), so any number of pollers never claim the
+    same task twice.
     """
     if not isinstance(limit, int) or isinstance(limit, bool) or not 0 < limit <= MAX_POLL_LIMIT:
         raise InvalidArgumentError(
@@ -273,10 +275,6 @@ def poll(
                 f"Owner {owner.name!r} was declared dead; register again."
             ) from exc
         raise
-    for task in tasks:
-        task.state, task.owner = TaskState.ACTIVE, owner
-        task.attempts += 1
-        task.finished_at = None
     if observers.active():
         observers.claimed(name, tasks, time.monotonic() - started)
     return tasks

@@ -27,6 +27,7 @@ KINDS: dict[str, str] = {
     "coordination:leave": "start/stop",
     "scheduler:submit_due": "scheduler: due check (submit_due)",
     "scheduler:next_due": "scheduler: next due (next_due)",
+    "watch:look": "dispatcher: work watch (look)",
     "dispatcher:refresh_topics": "dispatcher: topic refresh",
     "dispatcher:claim_round": "dispatcher: claim poll",
     "dispatcher:idle_timeout": "dispatcher: next delayed task",

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import functools
 import json
 import logging
 import threading
@@ -54,6 +55,16 @@ from django_tasks_coord.models import Task as TaskRow
 from django_tasks_coord.retry import DEFAULT_RETRY, RetryPolicy
 
 logger = logging.getLogger(__name__)
+
+
+@functools.lru_cache(maxsize=256)
+def _stored_policy(items: tuple[tuple[str, Any], ...]) -> RetryPolicy:
+    """The retry policy a task was enqueued with, from its payload's ``retry`` items; read
+    once per distinct policy (every task of a ``@task`` stores the same)."""
+    try:
+        return RetryPolicy(**dict(items))
+    except (TypeError, ValueError):
+        return DEFAULT_RETRY
 
 
 def _payload(row: TaskRow) -> dict[str, Any]:
@@ -150,9 +161,11 @@ class DjangoTaskType(TaskType):
 
     def _policy(self, task: TaskRow) -> RetryPolicy:
         data = _payload(task).get("retry")
+        if not isinstance(data, dict):
+            return DEFAULT_RETRY
         try:
-            return RetryPolicy(**data) if isinstance(data, dict) else DEFAULT_RETRY
-        except (TypeError, ValueError):
+            return _stored_policy(tuple(sorted(data.items())))
+        except TypeError:  # a value that is not hashable: not a policy this backend stored
             return DEFAULT_RETRY
 
     def max_attempts_for(self, task: TaskRow) -> int:

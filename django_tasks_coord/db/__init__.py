@@ -45,6 +45,10 @@ from django_tasks_coord.db.transactions import (
     write_transaction,
 )
 from django_tasks_coord.db.vendor import (
+    CLAIM_JOINED,
+    CLAIM_LOCKED,
+    CLAIM_RETURNING,
+    claim_statement,
     has_notify,
     has_row_estimates,
     locks_whole_database,
@@ -59,6 +63,9 @@ from django_tasks_coord.db.vendor import (
 )
 
 __all__ = [
+    "CLAIM_JOINED",
+    "CLAIM_LOCKED",
+    "CLAIM_RETURNING",
     "NOTIFY_CHANNEL",
     "RECONNECT_DELAY",
     "RECONNECT_MAX_DELAY",
@@ -70,6 +77,7 @@ __all__ = [
     "add_local_listener",
     "ago",
     "alias",
+    "claim_statement",
     "connection",
     "connection_lost",
     "has_notify",

@@ -37,6 +37,33 @@ def locks_whole_database(conn: BaseDatabaseWrapper) -> bool:
     return conn.vendor == _SQLITE
 
 
+#: How a claim is written (:func:`claim_statement`).
+CLAIM_RETURNING, CLAIM_JOINED, CLAIM_LOCKED = "returning", "joined", "locked"
+
+
+def claim_statement(conn: BaseDatabaseWrapper) -> str:
+    """How a claim takes its rows in the fewest round trips the database allows.
+
+    - :data:`CLAIM_RETURNING` (PostgreSQL; SQLite 3.35+): one ``UPDATE ... RETURNING``
+      whose CTE picks the due rows (``FOR UPDATE SKIP LOCKED`` on PostgreSQL; on SQLite
+      the statement holds the database's write lock), autocommitted: one round trip.
+    - :data:`CLAIM_JOINED` (MariaDB, which has no ``UPDATE ... RETURNING``): one
+      ``UPDATE`` joined to a derived table that picks the rows (``SKIP LOCKED``; read
+      first, ``STRAIGHT_JOIN``, so that no other row is locked), autocommitted, then a
+      ``SELECT`` of the rows under the claim's new ``exec_id``: two round trips, one
+      when nothing is due.
+    - :data:`CLAIM_LOCKED` (MySQL, older SQLite): ``SELECT ... FOR UPDATE SKIP LOCKED``
+      and ``UPDATE`` in one transaction.
+    """
+    if conn.vendor == _POSTGRESQL:
+        return CLAIM_RETURNING
+    if conn.vendor == _SQLITE and conn.features.can_return_columns_from_insert:
+        return CLAIM_RETURNING  # RETURNING came with SQLite 3.35, for UPDATE as for INSERT
+    if _is_mariadb(conn):
+        return CLAIM_JOINED
+    return CLAIM_LOCKED
+
+
 def set_lock_window(conn: BaseDatabaseWrapper, limit: timedelta) -> None:
     """Let the server end the current transaction if its process freezes in it for ``limit``.
 

@@ -40,7 +40,6 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections
@@ -56,6 +55,7 @@ from django_tasks_coord.exceptions import (
 from django_tasks_coord.handlers import TaskType
 from django_tasks_coord.models import Task
 from django_tasks_coord.node.follow_ups import FollowUps, Item, log_extra
+from django_tasks_coord.node.log_writes import TICK, DelayedStarts, LogWrite, Received
 
 if TYPE_CHECKING:
     from django_tasks_coord.node import Node
@@ -67,41 +67,18 @@ MAX_BATCH = 500
 START_DELAY = 0.2
 
 
-@dataclass(eq=False)
-class LogWrite:
-    """An attempt log handed to the completer thread; :meth:`wait` for it to be handled."""
-
-    change: store.Change
-    due: float = 0.0  # time.monotonic() from which it may be written (a delayed start)
-    done: threading.Event = field(default_factory=threading.Event)
-    superseded: list[LogWrite] = field(default_factory=list)  # delayed starts it replaces
-
-    def wait(self) -> bool | None:
-        """True: written; False: the claim was lost; None: failed (write it yourself)."""
-        self.done.wait()
-        return self.change.ok
-
-    def settle(self, ok: bool | None) -> None:
-        """Record the outcome of the write (and of the starts it replaced) and wake waiters."""
-        self.change.ok = ok
-        for earlier in self.superseded:
-            earlier.settle(ok)
-        self.done.set()
-
-
 class Completer(threading.Thread):
     """Writes the outcomes and attempt logs of one node's tasks, in batches."""
 
     def __init__(self, node: Node, stopping: threading.Event) -> None:
         super().__init__(name="completer", daemon=True)
         self.node = node
-        self._items: stdlib_queue.SimpleQueue[Item | LogWrite | None] = stdlib_queue.SimpleQueue()
+        self._items: stdlib_queue.SimpleQueue[Received] = stdlib_queue.SimpleQueue()
         self._follow_ups = FollowUps(node)
         self._busy = threading.Event()
-        self._closed = False
         self._lock = threading.Lock()
-        #: Delayed starts not written yet, by task pk.
-        self._delayed: dict[int, LogWrite] = {}
+        #: Starts of attempts not written yet (see :meth:`starting`).
+        self._delayed = DelayedStarts(self._lock)
         #: Set once a write of the current batch had to be retried after a lost connection.
         self._reconnected = False
 
@@ -112,16 +89,26 @@ class Completer(threading.Thread):
     def starting(self, task_type: TaskType, tasks: list[Task]) -> list[LogWrite]:
         """``tasks`` start an attempt now: for task types that log every attempt, begin
         their entries (:func:`~django_tasks_coord.attempts.begin`) and write them if the
-        attempts still run :data:`START_DELAY` seconds later. Returns those writes."""
+        attempts still run :data:`START_DELAY` seconds later. Returns those writes.
+
+        They wait in :class:`~django_tasks_coord.node.log_writes.DelayedStarts`, not in
+        the queue: most attempts end sooner, and their outcome replaces the start unwritten.
+        """
         if not task_type.logs_every_attempt:
             return []
         now, due = timezone.now(), time.monotonic() + START_DELAY
-        writes = []
+        node_id = self.node.node_id or ""
         for task in tasks:
-            attempts.begin(task, self.node.node_id or "", now=now)
-            write = LogWrite(store.Change(task, {"attempt_log": list(task.attempt_log or [])}), due)
-            if self._submit(write):
-                writes.append(write)
+            attempts.begin(task, node_id, now=now)
+        writes = [
+            LogWrite(store.Change(task, {"attempt_log": list(task.attempt_log or [])}), due)
+            for task in tasks
+        ]
+        first = self._delayed.add(writes) if self.is_alive() else None
+        if first is None:
+            return []
+        if first:  # the thread may sleep without a timeout: it has one now
+            self._items.put(TICK)
         return writes
 
     def attempt_ended(self, task_type: TaskType | None, task: Task, decision: Decision) -> Decision:
@@ -162,7 +149,7 @@ class Completer(threading.Thread):
 
         Attempt logs handed over later are written by their workers themselves."""
         with self._lock:
-            self._closed = True
+            self._delayed.closed = True
             self._items.put(None)
         self.join(timeout)
 
@@ -173,7 +160,7 @@ class Completer(threading.Thread):
                 received = self._receive()
                 self._busy.set()
                 stop = None in received
-                items, logs, replaced = self._sort(received, stop)
+                items, logs, replaced = self._delayed.sort(received, time.monotonic(), stop)
                 if logs:
                     self._write_logs(logs)
                 if items:
@@ -189,7 +176,7 @@ class Completer(threading.Thread):
 
     def _submit(self, write: LogWrite) -> bool:
         with self._lock:
-            if self._closed or not self.is_alive():
+            if self._delayed.closed or not self.is_alive():
                 return False
             self._items.put(write)
             return True
@@ -209,13 +196,11 @@ class Completer(threading.Thread):
                 extra=log_extra(task, self.node.node_id),
             )
 
-    def _receive(self) -> list[Item | LogWrite | None]:
+    def _receive(self) -> list[Received]:
         """What was handed over: waits for the first one, or until a delayed start is due."""
-        timeout = None
-        if self._delayed:
-            due = min(write.due for write in self._delayed.values())
-            timeout = max(due - time.monotonic(), 0)
-        received: list[Item | LogWrite | None] = []
+        due = self._delayed.next_due()
+        timeout = None if due is None else max(due - time.monotonic(), 0)
+        received: list[Received] = []
         with contextlib.suppress(stdlib_queue.Empty):
             received.append(self._items.get(timeout=timeout))
         while len(received) < MAX_BATCH:
@@ -224,34 +209,6 @@ class Completer(threading.Thread):
             except stdlib_queue.Empty:
                 break
         return received
-
-    def _sort(
-        self, received: list[Item | LogWrite | None], stop: bool
-    ) -> tuple[list[Item], list[LogWrite], list[LogWrite]]:
-        """The completions, the log writes due now, and the delayed starts the completions
-        replace (a later write of an attempt, its end or its completion, carries its start)."""
-        now = time.monotonic()
-        items: list[Item] = []
-        ready: list[LogWrite] = []
-        replaced: list[LogWrite] = []
-        for thing in received:
-            if thing is None:
-                continue
-            task = thing.change.task if isinstance(thing, LogWrite) else thing[1]
-            waiting = self._delayed.get(task.pk)
-            if waiting is not None and waiting.change.task.exec_id == task.exec_id:
-                del self._delayed[task.pk]
-                (thing.superseded if isinstance(thing, LogWrite) else replaced).append(waiting)
-            if isinstance(thing, LogWrite):
-                if thing.due > now and not stop:
-                    self._delayed[task.pk] = thing
-                else:
-                    ready.append(thing)
-            else:
-                items.append(thing)
-        for pk in [pk for pk, write in self._delayed.items() if write.due <= now or stop]:
-            ready.insert(0, self._delayed.pop(pk))
-        return items, ready, replaced
 
     def _write_logs(self, writes: list[LogWrite]) -> None:
         ok: dict[int, bool | None] = {}

@@ -31,8 +31,11 @@ class NodeConfig:
     burst: bool = False
     #: Idle back-off cap (``MAX_POLL_INTERVAL``); at most ``poll_interval``: no back-off.
     max_poll_interval: float = 5.0
-    #: Idle back-off cap while NOTIFY can wake the node (``NOTIFIED_POLL_INTERVAL``).
+    #: Idle back-off cap while NOTIFY or the work watch tells the node (``NOTIFIED_POLL_INTERVAL``).
     notified_poll_interval: float = 30.0
+    #: Where nothing announces work: how often the cluster's waiting nodes look for it,
+    #: together (``WATCH_INTERVAL``; 0: never; see :mod:`~django_tasks_coord.node.watch`).
+    watch_interval: float = 0.2
 
     @classmethod
     def from_settings(cls, **overrides: Any) -> NodeConfig:
@@ -71,6 +74,11 @@ class NodeConfig:
                 raise ConfigurationError(
                     f"{name.upper()} must be a non-negative number of seconds, not {value!r}."
                 )
+        watch = self.watch_interval
+        if isinstance(watch, bool) or not (isinstance(watch, int | float) and watch >= 0):
+            raise ConfigurationError(
+                f"WATCH_INTERVAL must be a non-negative number of seconds, not {watch!r}."
+            )
         for name in ("max_poll_interval", "notified_poll_interval"):
             value = getattr(self, name)
             if isinstance(value, bool) or not (isinstance(value, int | float) and value > 0):

@@ -29,6 +29,7 @@ from django_tasks_coord.node.load import Load
 from django_tasks_coord.node.pool import Job, WorkerPool
 from django_tasks_coord.node.state import NodeState
 from django_tasks_coord.node.wakeup import WakeEvent
+from django_tasks_coord.node.watch import WorkWatch
 from django_tasks_coord.scheduling.names import GROUP_TOPIC_PREFIX, group_topic
 
 logger = logging.getLogger("django_tasks_coord.node")
@@ -65,6 +66,10 @@ class Dispatcher:
         self.topics: list[str] = []
         #: Idle back-off of the polls (see :meth:`idle_timeout`).
         self.backoff = state.backoff()
+        #: Where nothing announces work: the cheap look between two polls (see :meth:`watching`).
+        self.watch = WorkWatch(state)
+        self._poll_at: float | None = None  # while watching: when the next full round is due
+        self._watch_saw_work = False  # the last look saw a change: see round()
         self._topics_checked: float | None = None  # when the topics were read (monotonic)
         self._topics_resumed = False  # a topic was resumed: re-read the topics now
         self._round_robin = itertools.count()
@@ -74,17 +79,22 @@ class Dispatcher:
 
     def tick(self) -> float | None:
         """One claim round; the seconds to sleep after it, or None: a burst is done."""
+        woken = self.wake.is_set()
         self.wake.clear()
         # Burst: read before claiming, so that a round that finds nothing has seen every
         # outcome written (ordered successors, due retries): then nothing is claimable.
         quiet = self.config.burst and self.load.count == 0
         try:
-            self.refresh_topics()
-            claimed = self.claim_round()
+            if self._poll_at is not None:
+                wait = self.watching(woken)
+                if wait is not None:
+                    return wait
+            claimed = self.round()
         except OwnerExpiredError:  # its owner row is gone: the lifeline registers again
             self.declared_dead()
             claimed = 0
         except DatabaseError as exc:  # a lost connection, a deadlock: reconnect, go on
+            self._poll_at = None
             self.state.stopping.wait(self._reconnect.failed(exc))  # no wake-up cuts it short
             return 0.0
         self._reconnect.succeeded()
@@ -95,10 +105,47 @@ class Dispatcher:
             self.backoff.reset()  # busy: look for more every POLL_INTERVAL
             if claimed and self.load.room() > 0:
                 return 0.0
-            return self.idle_timeout()
+            if claimed:  # full: room comes with a wake-up
+                return self.idle_timeout()
+            return self.watch_until(self.idle_timeout())
         timeout = self.idle_timeout()
         self.backoff.idle()  # idle: the next wait is longer, up to the cap
-        return timeout
+        return self.watch_until(timeout)
+
+    def round(self) -> int:
+        """Re-read the topics if due, claim; when the work watch saw work that this claim did
+        not find (a resumed topic the topics as last read leave out), read them and claim again."""
+        self.refresh_topics()
+        claimed = self.claim_round()
+        if not claimed and self._watch_saw_work:
+            self._topics_checked = None
+            self.refresh_topics()
+            claimed = self.claim_round()
+        self._watch_saw_work = False
+        return claimed
+
+    def watch_until(self, timeout: float) -> float:
+        """After a round that claimed nothing: sleep ``timeout``, or, where the work watch is
+        on (:mod:`~django_tasks_coord.node.watch`) and the next look comes sooner, until
+        then (the next round is due ``timeout`` from now, earlier if the look sees work)."""
+        watch = self.watch
+        if self.config.burst or not watch.active or timeout <= watch.period():
+            return timeout
+        watch.expect_nothing()
+        self._poll_at = self.state.clock.monotonic() + timeout
+        return watch.period()
+
+    def watching(self, woken: bool) -> float | None:
+        """A look of the work watch (one statement) between two rounds; the seconds to sleep
+        on, or None: do the round now (the look saw work, a wake-up came, or it is due)."""
+        assert self._poll_at is not None
+        changed = self.watch.look(self.wanted())  # also what the round that follows saw first
+        now = self.state.clock.monotonic()
+        self._watch_saw_work = changed
+        if woken or changed or now >= self._poll_at:
+            self._poll_at = None
+            return None
+        return min(self.watch.period(), self._poll_at - now)
 
     def claim_round(self) -> int:
         """Claim due tasks of every topic (fairly, round-robin) up to the free capacity."""
@@ -132,8 +179,9 @@ class Dispatcher:
             if tasks:
                 load.claimed(len(tasks))
                 claimed += len(tasks)
-                for task in tasks:
-                    signals.send(signals.task_claimed, Task, task=task, node=self.state.node_id)
+                if signals.task_claimed.has_listeners(Task):  # asked once per claim
+                    for task in tasks:
+                        signals.send(signals.task_claimed, Task, task=task, node=self.state.node_id)
                 self.submit(tasks)
         return claimed
 
@@ -227,15 +275,7 @@ class Dispatcher:
         if recent and not self._topics_resumed:
             return
         self._topics_resumed = False  # before the read: a resumption during it reads again
-        wanted = [
-            topic
-            for topic in self.config.topics or self.handlers.consumers()
-            if not topic.startswith(GROUP_TOPIC_PREFIX)  # only while leading, below
-        ]
-        leadership = self.state.leadership
-        if leadership is not None and leadership.valid_term() is not None:
-            wanted.append(group_topic(leadership.group))
-        active = Topic.objects.using(db.alias()).filter(name__in=wanted, paused=False)
+        active = Topic.objects.using(db.alias()).filter(name__in=self.wanted(), paused=False)
         topics = sorted(active.values_list("name", flat=True))
         if topics != self.topics:
             logger.info(
@@ -245,6 +285,19 @@ class Dispatcher:
         self.topics, self._topics_checked = topics, now
         if dropped:
             self.release_buffered(dropped)
+
+    def wanted(self) -> list[str]:
+        """The topics this node processes when they are not paused: ``TOPICS`` (or every
+        consumer's), and its group's topic while it leads."""
+        wanted = [
+            topic
+            for topic in self.config.topics or self.handlers.consumers()
+            if not topic.startswith(GROUP_TOPIC_PREFIX)  # only while leading, below
+        ]
+        leadership = self.state.leadership
+        if leadership is not None and leadership.valid_term() is not None:
+            wanted.append(group_topic(leadership.group))
+        return wanted
 
     def release_buffered(self, dropped: set[str]) -> None:
         """Give back the claimed, not yet started tasks of topics this node stopped
@@ -261,7 +314,7 @@ class Dispatcher:
 
     def idle_timeout(self) -> float:
         """Seconds to sleep: until the next delayed task is due, at most the idle wait."""
-        timeout = self.state.idle_wait(self.backoff)
+        timeout = self.state.idle_wait(self.backoff, watched=self.watch.active)
         if self.load.count >= self.load.capacity or not self.topics:
             return timeout
         pending = Task.objects.using(db.alias()).filter(

@@ -173,6 +173,7 @@ class Lifeline:
         """Free dead owners' tasks, forget long-dead group members, enforce executors'
         timeouts. Returns the number of live owners."""
         _, live = owners.sweep(timedelta(seconds=self.config.liveness_interval))
+        self.state.live_nodes = max(live, 1)  # the work watch looks less often in a crowd
         if self.state.leadership is not None:
             coordination.forget_dead(timedelta(seconds=10 * self.config.liveness_interval))
         executions.reap()  # timeouts of tasks run by external executors

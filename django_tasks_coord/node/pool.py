@@ -3,6 +3,14 @@
 Unlike ``concurrent.futures.ThreadPoolExecutor``, its threads are daemons, so a node
 that must stop while a handler is stuck can exit; and :meth:`WorkerPool.take_queued`
 returns the jobs that never started, so their tasks can be released untouched.
+
+Each worker treats its database connections the way Django treats a request's, with
+one difference: a run of jobs that follow each other without a pause counts as one
+request. Between two such jobs a connection is dropped only if it is unusable (an error
+broke it, autocommit was left off) or older than a positive ``CONN_MAX_AGE``; once the
+worker has nothing queued, ``close_old_connections()`` runs as at the end of a request
+(with the default ``CONN_MAX_AGE=0`` it closes them). So a busy worker does not connect
+anew for each task, and an idle one holds no connection it does not keep on purpose.
 """
 
 from __future__ import annotations
@@ -12,7 +20,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import close_old_connections, connections
@@ -22,12 +30,26 @@ logger = logging.getLogger(__name__)
 
 @dataclass(eq=False)
 class Job:
-    """Work for one worker: ``run()`` is called in a worker thread."""
+    """Work for one worker: ``run()`` is called in a worker thread; ``done`` once it returned."""
 
     run: Callable[[], None]
     payload: Any = None
-    started: threading.Event = field(default_factory=threading.Event)
-    done: threading.Event = field(default_factory=threading.Event)
+    done: bool = False
+
+
+def _keep_connections() -> None:
+    """Between two jobs of a run: Django's end-of-request check, but a connection whose
+    ``CONN_MAX_AGE`` is 0 (closed at the end of each request) is kept if usable."""
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is None or conn.settings_dict.get("CONN_MAX_AGE") != 0:
+            conn.close_if_unusable_or_obsolete()
+            continue
+        close_at, conn.close_at = conn.close_at, None  # the request goes on
+        try:
+            conn.close_if_unusable_or_obsolete()
+        finally:
+            if conn.connection is not None:
+                conn.close_at = close_at
 
 
 class WorkerPool:
@@ -37,6 +59,7 @@ class WorkerPool:
         self._queue: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._running: set[Job] = set()
         self._lock = threading.Lock()
+        self._finished = threading.Condition(self._lock)
         self._threads = [
             threading.Thread(target=self._work, name=f"{name}-{i + 1}", daemon=True)
             for i in range(size)
@@ -76,14 +99,13 @@ class WorkerPool:
         """Wait up to ``timeout`` seconds for running jobs, or until ``abort`` is set;
         return the jobs still running."""
         deadline = time.monotonic() + max(timeout, 0)
-        while (running := [job for job in self.running() if not job.done.is_set()]) and (
-            abort is None or not abort.is_set()
-        ):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            running[0].done.wait(min(left, 0.1))
-        return [job for job in self.running() if not job.done.is_set()]
+        with self._finished:
+            while self._running and (abort is None or not abort.is_set()):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._finished.wait(min(left, 0.1))
+            return list(self._running)
 
     def stop(self) -> None:
         """Let idle workers exit (running jobs are not interrupted)."""
@@ -91,20 +113,26 @@ class WorkerPool:
             self._queue.put(None)
 
     def _work(self) -> None:
+        idle = True  # nothing ran since the last end-of-request check
         while (job := self._queue.get()) is not None:
             with self._lock:
                 self._running.add(job)
-            job.started.set()
             try:
-                close_old_connections()
+                if idle:
+                    close_old_connections()  # a new request begins
                 job.run()
             except Exception:
                 logger.exception(
                     "A worker job raised; the task's claim will be released or expire."
                 )
             finally:
-                close_old_connections()
-                with self._lock:
+                idle = self._queue.empty()
+                if idle:
+                    close_old_connections()  # the request ends
+                else:
+                    _keep_connections()
+                with self._finished:
                     self._running.discard(job)
-                job.done.set()
+                    job.done = True
+                    self._finished.notify_all()
         connections.close_all()

@@ -38,6 +38,8 @@ class NodeState:
     listener: Listener | None = None
     #: Whether the node can still prove it holds its claims (its clock against its heartbeat).
     claims: Claims = field(init=False)
+    #: Live owners in the cluster, as the node's last sweep counted them (at least itself).
+    live_nodes: int = 1
 
     def __post_init__(self) -> None:
         self.claims = Claims(self.config.liveness_interval, self.clock.monotonic)
@@ -62,17 +64,19 @@ class NodeState:
             config.poll_interval, max(config.max_poll_interval, config.notified_poll_interval)
         )
 
-    def idle_wait(self, backoff: IdleBackoff) -> float:
+    def idle_wait(self, backoff: IdleBackoff, *, watched: bool = False) -> float:
         """Seconds an idle duty waits for a wake-up before it polls anyway.
 
         ``backoff``'s current wait: ``POLL_INTERVAL`` doubled per idle round, up to
         ``NOTIFIED_POLL_INTERVAL`` while NOTIFY can wake the node (PostgreSQL, its LISTEN
-        connection up), up to ``MAX_POLL_INTERVAL`` where nothing announces work
-        (MariaDB/MySQL, SQLite, ``LISTEN_NOTIFY`` off). On PostgreSQL while the LISTEN
-        connection is down nothing would wake the node: it polls every ``POLL_INTERVAL``.
+        connection up) or the duty's work is ``watched`` (the dispatcher's work watch,
+        :mod:`~django_tasks_coord.node.watch`), up to ``MAX_POLL_INTERVAL`` where nothing
+        announces work (MariaDB/MySQL, SQLite, ``LISTEN_NOTIFY`` off). On PostgreSQL while
+        the LISTEN connection is down nothing would wake the node: it polls every
+        ``POLL_INTERVAL``.
         """
         config = self.config
-        if self.notified():
+        if self.notified() or watched:
             return backoff.wait
         if self.listener is not None:  # PostgreSQL, its LISTEN connection down
             return config.poll_interval

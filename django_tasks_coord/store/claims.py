@@ -1,14 +1,16 @@
 """Claims: taking due tasks (poll), giving them back (release), cancelling them, and
 returning the work of dead owners to the queue.
 
-A claim is one short transaction: ``SELECT ... FOR UPDATE SKIP LOCKED`` where the
-database has it (PostgreSQL, MySQL/MariaDB), a serialized write on SQLite, so any
-number of pollers never claim the same task twice. Each claim gives its tasks a fresh
+A claim is one short statement where the database allows it: an ``UPDATE`` of the rows
+a ``SELECT ... FOR UPDATE SKIP LOCKED`` picks (PostgreSQL, MariaDB), of the rows picked
+under the database's write lock (SQLite), so any number of pollers never claim the same
+task twice (:func:`~django_tasks_coord.db.claim_statement` says how each database does it). Each claim gives its tasks a fresh
 ``exec_id``; writes on behalf of a claim are fenced by it (:func:`~.fencing.held`).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Collection, Sequence
@@ -22,6 +24,8 @@ from django_tasks_coord import db
 from django_tasks_coord.enums import IN_FLIGHT, Condition, Order, TaskState
 from django_tasks_coord.models import Owner, Task, TaskQuerySet
 from django_tasks_coord.store.fencing import held
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "CLAIM_CHECK_SECONDS",
@@ -68,53 +72,176 @@ def claim(
 ) -> list[Task]:
     """Lock up to ``limit`` due tasks (skipping locked ones) and mark them ACTIVE for ``owner``.
 
+    Returned highest priority first, then in ``order``. The statement depends on the
+    database (:func:`~django_tasks_coord.db.claim_statement`): one autocommitted
+    ``UPDATE ... RETURNING`` on PostgreSQL and SQLite, an ``UPDATE`` joined to the rows
+    it picks plus a ``SELECT`` of them on MariaDB, a transaction on MySQL; inside the
+    caller's transaction, each is part of it.
+
     If the connection breaks as the claim commits, the commit may have gone through: the
     claimed rows are looked for by their new ``exec_id`` once the database answers, and
     returned if they are there, rather than left ACTIVE with nobody knowing of them.
     """
-    tasks: list[Task] = []
     now, exec_id = timezone.now(), uuid.uuid4()
+    due: models.QuerySet[Task] = Task.objects.using(using).for_topic(name).due()
+    if condition is not None:
+        due = _apply_condition(due, condition)
+    sequence = "sequence" if order is Order.FIFO else "-sequence"
+    due = due.order_by("-priority", sequence)
+    changes = {"owner": owner, "exec_id": exec_id, "started_at": now}
+    how = db.claim_statement(conn)
     try:
-        with db.write_transaction():
-            qs: models.QuerySet[Task] = Task.objects.using(using).for_topic(name).due()
-            if condition is not None:
-                qs = _apply_condition(qs, condition)
-            sequence = "sequence" if order is Order.FIFO else "-sequence"
-            qs = qs.order_by("-priority", sequence).select_for_update(**db.lock_kwargs(conn))
-            tasks = list(qs[:limit])
-            if not tasks:
-                return []
-            now = timezone.now()
-            Task.objects.using(using).rows(tasks).update(
-                state=TaskState.ACTIVE,
-                owner=owner,
-                exec_id=exec_id,
-                attempts=F("attempts") + 1,
-                started_at=now,
-                finished_at=None,
-            )
+        if how == db.CLAIM_RETURNING:
+            tasks = _claim_returning(name, due, limit, changes, conn)
+        elif how == db.CLAIM_JOINED:
+            tasks = _claim_joined(name, due, limit, changes, conn)
+        else:
+            tasks = _claim_locked(due, limit, changes, conn)
     except DatabaseError as exc:
-        if not tasks or not db.connection_lost(exc) or not _claimed(exec_id, using):
+        if not db.connection_lost(exc):
+            if how == db.CLAIM_JOINED:  # its UPDATE may have committed before the SELECT failed
+                _give_back(name, exec_id, using)
             raise
+        tasks = _claimed(name, exec_id, using)
+        if not tasks:
+            raise
+    step = 1 if order is Order.FIFO else -1
+    tasks.sort(key=lambda task: (-task.priority, step * task.sequence))
     for task in tasks:
-        task.exec_id, task.started_at = exec_id, now
+        task.owner = owner  # the object itself, not a query of its row later
     return tasks
 
 
-def _claimed(exec_id: uuid.UUID, using: str) -> bool:
-    """Whether a claim whose commit lost its answer went through (waits for the database for
-    up to :data:`CLAIM_CHECK_SECONDS`; False if it does not answer by then)."""
+def _locking_select(
+    due: models.QuerySet[Task], limit: int, conn: Any
+) -> tuple[str, tuple[Any, ...]]:
+    """The SQL of the first ``limit`` of ``due`` (their sequences) with ``FOR UPDATE SKIP LOCKED`` (where the
+    database locks rows): compiled without ``select_for_update``, which Django allows only
+    inside a transaction, while these claims are one autocommitted statement."""
+    picked = due.values("sequence")[:limit]
+    sql, params = picked.query.get_compiler(connection=conn).as_sql()
+    features = conn.features
+    if features.has_select_for_update:
+        table = conn.ops.quote_name(Task._meta.db_table)
+        of = (table,) if features.has_select_for_update_of else ()
+        lock = conn.ops.for_update_sql(
+            skip_locked=features.has_select_for_update_skip_locked, of=of
+        )
+        sql = f"{sql} {lock}"
+    return sql, tuple(params)
+
+
+def _assignments(changes: dict[str, Any], conn: Any, qualify: str = "") -> tuple[str, list[Any]]:
+    """``SET`` of a claim: ACTIVE under ``changes`` (owner, exec_id, started_at), one more
+    attempt, not finished; each column prefixed with ``qualify``."""
+    columns, params = [], []
+    values = {"state": TaskState.ACTIVE, **changes, "finished_at": None}
+    for name, value in values.items():
+        field = Task._meta.get_field(name)
+        assert isinstance(field, models.Field)
+        column = qualify + conn.ops.quote_name(field.column)
+        if isinstance(value, models.Model):
+            value = value.pk
+        columns.append(f"{column} = %s")
+        params.append(field.get_db_prep_save(value, connection=conn))
+    attempts = qualify + conn.ops.quote_name("attempts")
+    columns.append(f"{attempts} = {attempts} + 1")
+    return ", ".join(columns), params
+
+
+def _claim_returning(
+    name: str, due: models.QuerySet[Task], limit: int, changes: dict[str, Any], conn: Any
+) -> list[Task]:
+    """One ``UPDATE ... RETURNING`` (see :func:`~django_tasks_coord.db.claim_statement`)."""
+    qn = conn.ops.quote_name
+    picked, picked_params = _locking_select(due, limit, conn)
+    sets, set_params = _assignments(changes, conn)
+    table = qn(Task._meta.db_table)
+    columns = ", ".join(f"{table}.{qn(field.column)}" for field in Task._meta.concrete_fields)
+    sql = (
+        f"WITH {qn('claim')} AS MATERIALIZED ({picked}) "
+        f"UPDATE {table} SET {sets} "
+        f"WHERE {table}.{qn('topic_id')} = %s "  # the topic's partition only
+        f"AND {table}.{qn('sequence')} IN (SELECT {qn('sequence')} FROM {qn('claim')}) "
+        f"RETURNING {columns}"
+    )
+    rows = Task.objects.db_manager(conn.alias).raw(sql, [*picked_params, *set_params, name])
+    return list(rows)
+
+
+def _claim_joined(
+    name: str, due: models.QuerySet[Task], limit: int, changes: dict[str, Any], conn: Any
+) -> list[Task]:
+    """An ``UPDATE`` joined to the rows it picks, then a ``SELECT`` of them (MariaDB; see
+    :func:`~django_tasks_coord.db.claim_statement`)."""
+    qn = conn.ops.quote_name
+    picked, picked_params = _locking_select(due, limit, conn)
+    table = qn(Task._meta.db_table)
+    sets, set_params = _assignments(changes, conn, qualify=f"{table}.")
+    sql = (
+        f"UPDATE ({picked}) AS {qn('claim')} STRAIGHT_JOIN {table} FORCE INDEX (PRIMARY) "
+        f"ON {table}.{qn('sequence')} = {qn('claim')}.{qn('sequence')} SET {sets}"
+    )
+    with conn.cursor() as cursor:
+        cursor.execute(sql, [*picked_params, *set_params])
+        if not cursor.rowcount:
+            return []
+    return list(_under(name, changes["exec_id"], conn.alias))
+
+
+def _claim_locked(
+    due: models.QuerySet[Task], limit: int, changes: dict[str, Any], conn: Any
+) -> list[Task]:
+    """``SELECT ... FOR UPDATE SKIP LOCKED``, then ``UPDATE``, in one transaction (MySQL,
+    older SQLite; see :func:`~django_tasks_coord.db.claim_statement`)."""
+    with db.write_transaction():
+        tasks = list(due.select_for_update(**db.lock_kwargs(conn))[:limit])
+        if tasks:
+            Task.objects.using(conn.alias).rows(tasks).update(
+                state=TaskState.ACTIVE,
+                attempts=F("attempts") + 1,
+                finished_at=None,
+                **changes,
+            )
+    for task in tasks:  # what the UPDATE wrote
+        task.state, task.attempts, task.finished_at = TaskState.ACTIVE, task.attempts + 1, None
+        task.exec_id, task.started_at = changes["exec_id"], changes["started_at"]
+    return tasks
+
+
+def _give_back(name: str, exec_id: uuid.UUID, using: str) -> None:
+    """Return the tasks a claim took to the queue, its attempt refunded: the claim failed
+    after its rows were written, and nobody would start them (a failure of this is logged;
+    the node's owner gives them back when it stops or registers again)."""
+    try:
+        _under(name, exec_id, using).update(
+            state=TaskState.PENDING, owner=None, exec_id=None, attempts=F("attempts") - 1
+        )
+    except DatabaseError:
+        logger.exception("Could not give back the tasks of a failed claim (%s).", exec_id)
+
+
+def _under(name: str, exec_id: uuid.UUID, using: str) -> TaskQuerySet:
+    """The tasks of topic ``name`` held under the claim ``exec_id``."""
+    return Task.objects.using(using).filter(topic_id=name, state=TaskState.ACTIVE, exec_id=exec_id)
+
+
+def _claimed(name: str, exec_id: uuid.UUID, using: str) -> list[Task]:
+    """The tasks of a claim whose commit lost its answer, if it went through (waits for the
+    database for up to :data:`CLAIM_CHECK_SECONDS`; none if it does not answer by then)."""
     deadline = time.monotonic() + CLAIM_CHECK_SECONDS
-    rows = Task.objects.using(using).filter(exec_id=exec_id, state=TaskState.ACTIVE)
+    rows = _under(name, exec_id, using)
 
     def wait(seconds: float) -> bool:
         time.sleep(seconds)  # backing off while the database is unreachable
         return time.monotonic() > deadline
 
     try:
-        return db.retry_while_lost(rows.exists, what="Checking a claim", wait=wait, using=using)
+        return db.retry_while_lost(
+            lambda: list(rows.all()), what="Checking a claim", wait=wait, using=using
+        )
     except DatabaseError:
-        return False
+        return []
 
 
 def release(task: Task, changes: dict[str, Any]) -> bool:

@@ -31,8 +31,11 @@ def held(
     claims: dict[uuid.UUID | None, set[int]] = {}
     for task in tasks:
         claims.setdefault(task.exec_id, set()).add(task.pk)
+    rows = Task.objects.using(using or db.alias()).rows(tasks)
+    if len(claims) == 1:  # one claim: each of the rows under it
+        (exec_id,) = claims
+        return rows.filter(exec_id=exec_id, state=state)
     under = Q(pk__in=[])
     for exec_id, pks in claims.items():
         under |= Q(pk__in=pks, exec_id=exec_id)
-    rows = Task.objects.using(using or db.alias()).rows(tasks)
     return rows.filter(under, state=state)

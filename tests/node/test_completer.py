@@ -94,6 +94,31 @@ def test_outcomes_of_several_rows_keep_their_own_values(claimed):
         assert row.finished_at == writes[i].fields["finished_at"] is not None
 
 
+def test_per_row_values_of_every_kind_are_kept_without_a_case_per_row_on_postgresql(claimed):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    values = [None, 'it\'s "quoted" \\', [1, None, {"a": "b"}]]
+    writes = [
+        store.Change(task, {**outcome(value), "message": f"m{i}" if i else None})
+        for i, (task, value) in enumerate(zip(claimed, values, strict=True))
+    ]
+    with CaptureQueriesContext(connection) as statements:
+        store.write_changes(writes)
+    assert [write.ok for write in writes] == [True, True, True]
+    rows = {row.pk: row for row in Task.objects.all()}
+    for i, (task, value) in enumerate(zip(claimed, values, strict=True)):
+        row = rows[task.pk]
+        assert (row.result, row.attempt_log, row.message) == (
+            value,
+            [{"v": value}],
+            f"m{i}" if i else None,
+        )
+    if connection.vendor == "postgresql":  # one parameter per column, not one per row
+        (update,) = statements.captured_queries
+        assert update["sql"].count("WHEN") == 0
+
+
 def test_a_lost_claim_is_not_written(claimed):
     lost = claimed[0]
     queue.release(lost)  # back to PENDING: the claim the write quotes is gone

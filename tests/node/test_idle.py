@@ -116,13 +116,17 @@ class FakeEvent:
         return self.flag
 
 
-def idle_node(*, poll_interval=1.0, max_poll_interval=8.0, clock=None, **overrides) -> Node:
+def idle_node(
+    *, poll_interval=1.0, max_poll_interval=8.0, clock=None, watch_interval=0.0, **overrides
+) -> Node:
+    """A node that is idle; by default without the work watch (``tests/node/test_watch.py``)."""
     config = NodeConfig.from_settings(
         burst=False,
         poll_interval=poll_interval,
         max_poll_interval=max_poll_interval,
         status_interval=0,
         topics=["work"],
+        watch_interval=watch_interval,
         **overrides,
     )
     node = Node(config) if clock is None else Node(config, clock=clock)

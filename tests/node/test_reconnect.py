@@ -296,25 +296,41 @@ def test_a_leader_leaves_a_lost_connection_to_the_lifeline_to_report(
 # --- claims -------------------------------------------------------------------------------
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_claim_whose_commit_lost_its_answer_is_returned_not_orphaned(monkeypatch):
+def _lose_the_claims_answer(monkeypatch):
+    """Let the first claim commit, then raise a lost connection as if its answer never came."""
     from contextlib import contextmanager
 
+    if db.claim_statement(connection) == db.CLAIM_LOCKED:  # a transaction: lose its COMMIT's answer
+        real, commits = db.write_transaction, []
+
+        @contextmanager
+        def commit_then_lose_the_answer():
+            with real():
+                yield
+            commits.append(1)
+            if len(commits) == 1:
+                raise lost()
+
+        monkeypatch.setattr(db, "write_transaction", commit_then_lose_the_answer)
+        return contextmanager(lambda: (yield))()
+    statements = []
+
+    def autocommitted_then_lost(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        if sql.startswith(("WITH", "UPDATE (")) and not statements:  # the claim, committed
+            statements.append(sql)
+            raise lost()
+        return result
+
+    return connection.execute_wrapper(autocommitted_then_lost)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_whose_commit_lost_its_answer_is_returned_not_orphaned(monkeypatch):
     queue.register_topic("w")
     queue.push_many("w", [("a", None), ("b", None)])
-    real = db.write_transaction
-    commits = []
-
-    @contextmanager
-    def commit_then_lose_the_answer():
-        with real():
-            yield
-        commits.append(1)
-        if len(commits) == 1:
-            raise lost()
-
-    monkeypatch.setattr(db, "write_transaction", commit_then_lose_the_answer)
-    tasks = queue.poll("w", 2)
+    with _lose_the_claims_answer(monkeypatch):
+        tasks = queue.poll("w", 2)
     assert [task.identifier for task in tasks] == ["a", "b"]
     rows = Task.objects.filter(exec_id=tasks[0].exec_id, state=TaskState.ACTIVE)
     assert rows.count() == 2 and {task.attempts for task in tasks} == {1}
@@ -322,21 +338,18 @@ def test_a_claim_whose_commit_lost_its_answer_is_returned_not_orphaned(monkeypat
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_claim_that_did_not_commit_still_fails(monkeypatch):
-    from contextlib import contextmanager
-
-    from django.db import transaction
-
+def test_a_claim_that_did_not_commit_still_fails():
     queue.register_topic("w")
     queue.push("w", "a")
+    statements = []
 
-    @contextmanager
-    def lose_before_commit():
-        with transaction.atomic():
-            yield
-            raise lost()  # inside the block: rolled back, nothing was claimed
+    def lost_before_the_claim(execute, sql, params, many, context):
+        statements.append(sql)
+        if len(statements) == 1:
+            raise lost()  # the claim's first statement never reached the server
+        return execute(sql, params, many, context)
 
-    monkeypatch.setattr(db, "write_transaction", lose_before_commit)
-    with pytest.raises(OperationalError):
+    with connection.execute_wrapper(lost_before_the_claim), pytest.raises(OperationalError):
         queue.poll("w", 1)
+    assert len(statements) == 2  # then it looked for the claim, and found nothing
     assert Task.objects.get().state == TaskState.PENDING
