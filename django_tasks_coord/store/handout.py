@@ -2,7 +2,9 @@
 
 :func:`hand_out` is the executor API's claim (``executions.poll``): ready tasks of one
 definition become REQUESTED, each under a fresh ``exec_id``, within the definition's
-concurrency limit. :func:`take_back` returns requested tasks whose start deadline
+concurrency limit; with ``start``, they are started at once (IN PROGRESS), as the batch
+claim wants. :func:`report_many` writes the outcomes of many executions in one statement
+(the batch completion). :func:`take_back` returns requested tasks whose start deadline
 passed to the ready state (the requested-to-start timeout). :func:`freed_a_slot` wakes
 the long-polls waiting for room under a concurrency limit.
 """
@@ -11,39 +13,52 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
+from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from django.db.models import Case, Count, Q, QuerySet, UUIDField, Value, When
+from django.db import models
+from django.db.models import Case, Count, Exists, F, Q, QuerySet, UUIDField, Value, When
 
 from django_tasks_coord import db, definitions
+from django_tasks_coord.attempts import Attempt
 from django_tasks_coord.enums import IN_FLIGHT, TaskState
 from django_tasks_coord.models import Task, Topic
-from django_tasks_coord.store.fencing import held
 
 if TYPE_CHECKING:
     from django_tasks_coord.definitions import Definition
 
-__all__ = ["expired", "freed_a_slot", "give_back", "hand_out", "take_back"]
+__all__ = ["expired", "freed_a_slot", "hand_out", "report_many", "take_back"]
 
 #: Rounds of candidates a poll looks through for tasks whose concurrency key has room.
 _MAX_ROUNDS = 20
 
 
-def hand_out(definition: Definition, limit: int, now: datetime) -> list[Task]:
+def hand_out(
+    definition: Definition, limit: int, now: datetime, *, start: bool = False
+) -> list[Task]:
     """Claim up to ``limit`` ready tasks of one definition in one short transaction.
 
     Without a concurrency limit this is the queue's claim: ``SELECT ... FOR UPDATE SKIP
-    LOCKED``, so concurrent pollers never take the same task. With a limit, the
-    definition's topic row is locked first (``FOR UPDATE``): polls of a limited
-    definition take turns, so each one counts the tasks in flight after the previous
-    one committed, and the limit cannot be overrun by a race. (SQLite serializes every
-    write transaction anyway.)
+    LOCKED``, so concurrent pollers never take the same task (a paused topic is ruled out
+    in the same statement). With a limit, the definition's topic row is locked first
+    (``FOR UPDATE``): polls of a limited definition take turns, so each one counts the
+    tasks in flight after the previous one committed, and the limit cannot be overrun by
+    a race. (SQLite serializes every write transaction anyway.)
+
+    The tasks become REQUESTED, or with ``start`` IN PROGRESS (an attempt begun, as by
+    ``executions.start``), each under a fresh ``exec_id``.
     """
     using, conn = db.alias(), db.connection()
     with db.write_transaction():
         room: Counter[str] | None = None
         topic = Topic.objects.using(using).filter(name=definition.name)
+        ready = (
+            Task.objects.using(using)
+            .filter(topic_id=definition.name, state=TaskState.PENDING)
+            .filter(Q(execute_at__isnull=True) | Q(execute_at__lte=now))
+            .order_by("-priority", "sequence")
+        )
         if definition.concurrency_limit is not None:
             locked = topic.select_for_update(**db.lock_kwargs(conn, skip_locked=False))
             if list(locked.values_list("paused", flat=True)) != [False]:
@@ -51,32 +66,90 @@ def hand_out(definition: Definition, limit: int, now: datetime) -> list[Task]:
             room = _room(definition)
             if room.total() <= 0 and definition.concurrency_key_path is None:
                 return []
-        elif topic.filter(paused=True).exists():
-            return []  # paused (queue.pause_topic, the admin): executors get nothing
-        ready = (
-            Task.objects.using(using)
-            .filter(topic_id=definition.name, state=TaskState.PENDING)
-            .filter(Q(execute_at__isnull=True) | Q(execute_at__lte=now))
-            .order_by("-priority", "sequence")
-            .select_for_update(**db.lock_kwargs(conn))
-        )
-        chosen = _choose(ready, limit, room, definition)
+        else:  # paused (queue.pause_topic, the admin): executors get nothing
+            ready = ready.filter(~Exists(topic.filter(paused=True)))
+        chosen = _choose(ready.select_for_update(**db.lock_kwargs(conn)), limit, room, definition)
         if not chosen:
             return []
-        exec_ids = {task.pk: uuid.uuid4() for task in chosen}
-        deadline = now + timedelta(seconds=definition.requested_to_start_timeout)
-        Task.objects.using(using).rows(chosen).update(
-            state=TaskState.REQUESTED,
-            exec_id=Case(
-                *(When(pk=pk, then=Value(exec_id)) for pk, exec_id in exec_ids.items()),
-                output_field=UUIDField(),
-            ),
-            deadline=deadline,
-            owner=None,
-        )
-    for task in chosen:
-        task.state, task.exec_id, task.deadline = TaskState.REQUESTED, exec_ids[task.pk], deadline
+        changes = (_started if start else _requested)(chosen, definition, now)
+        Task.objects.using(using).rows(chosen).update(**changes)
     return chosen
+
+
+def _per_row(values: dict[int, Any], field: models.Field[Any, Any]) -> Case:
+    """A ``CASE`` giving each row (by key) its own value."""
+    whens = (When(pk=pk, then=Value(value, output_field=field)) for pk, value in values.items())
+    return Case(*whens, output_field=field)
+
+
+def _requested(chosen: list[Task], definition: Definition, now: datetime) -> dict[str, Any]:
+    """The changes that hand ``chosen`` out (REQUESTED until the start timeout); applied to
+    the objects in memory too."""
+    deadline = now + timedelta(seconds=definition.requested_to_start_timeout)
+    for task in chosen:
+        task.state, task.exec_id, task.deadline = TaskState.REQUESTED, uuid.uuid4(), deadline
+    return {
+        "state": TaskState.REQUESTED,
+        "exec_id": _per_row({task.pk: task.exec_id for task in chosen}, UUIDField()),
+        "deadline": deadline,
+        "owner": None,
+    }
+
+
+def _started(chosen: list[Task], definition: Definition, now: datetime) -> dict[str, Any]:
+    """The changes that hand ``chosen`` out and start them (a new attempt each, IN PROGRESS
+    until the in-progress timeout); applied to the objects in memory too."""
+    deadline = now + timedelta(seconds=definition.in_progress_timeout)
+    for task in chosen:
+        task.exec_id, task.attempts = uuid.uuid4(), task.attempts + 1
+        entry = Attempt(task.attempts, exec_id=str(task.exec_id), started_at=now.isoformat())
+        task.attempt_log = [*(task.attempt_log or []), entry.to_json()]
+        task.state, task.deadline, task.started_at, task.finished_at = (
+            TaskState.ACTIVE,
+            deadline,
+            now,
+            None,
+        )
+    log_field = Task._meta.get_field("attempt_log")
+    assert isinstance(log_field, models.Field)
+    return {
+        "state": TaskState.ACTIVE,
+        "exec_id": _per_row({task.pk: task.exec_id for task in chosen}, UUIDField()),
+        "attempts": F("attempts") + 1,
+        "attempt_log": _per_row({task.pk: task.attempt_log for task in chosen}, log_field),
+        "started_at": now,
+        "finished_at": None,
+        "deadline": deadline,
+        "owner": None,
+    }
+
+
+def report_many(reports: Sequence[tuple[Task, dict[str, Any]]]) -> None:
+    """Apply each report's changes to the row of its task: the batch completion's writes,
+    one ``UPDATE`` per set of changed fields, with per-row values through ``CASE``.
+
+    Each task is a defined task IN PROGRESS under the ``exec_id`` its report quoted, its row
+    locked by the caller in this transaction since it checked that (so the rows are still
+    held: no fence is needed beyond the state), each task once. The objects in memory are
+    left as they are.
+    """
+    groups: dict[tuple[str, ...], list[tuple[Task, dict[str, Any]]]] = {}
+    for task, changes in reports:
+        groups.setdefault(tuple(sorted(changes)), []).append((task, changes))
+    for names, group in groups.items():
+        values: dict[str, Any] = {}
+        for name in names:
+            column = {task.pk: changes[name] for task, changes in group}
+            field = Task._meta.get_field(name)
+            assert isinstance(field, models.Field)
+            if len(column) == 1 or (
+                name != "attempt_log" and len({repr(value) for value in column.values()}) == 1
+            ):
+                values[name] = next(iter(column.values()))
+            else:
+                values[name] = _per_row(column, field)
+        rows = Task.objects.using(db.alias()).rows(task for task, _ in group)
+        rows.filter(state=TaskState.ACTIVE).update(**values)
 
 
 def _room(definition: Definition) -> Counter[str]:
@@ -153,23 +226,6 @@ def take_back(names: list[str], now: datetime, batch_size: int, reason: str) -> 
         for topic in sorted({t.topic_id for t in late}):
             db.notify(db.connection(), topic)
     return len(late)
-
-
-def give_back(tasks: list[Task]) -> int:
-    """Undo :func:`hand_out` for ``tasks`` still requested under the exec_ids it gave them:
-    ready again, as if never handed out (nothing was started, no attempt counted). For a
-    hand-out whose recipient turned out not to be entitled to it. Returns how many."""
-    if not tasks:
-        return 0
-    with db.write_transaction():
-        returned = held(tasks, state=TaskState.REQUESTED).update(
-            state=TaskState.PENDING, exec_id=None, deadline=None
-        )
-        for topic in sorted({t.topic_id for t in tasks}):
-            db.notify(db.connection(), topic)
-    for task in tasks:
-        task.state, task.exec_id, task.deadline = TaskState.PENDING, None, None
-    return returned
 
 
 def freed_a_slot(task: Task, definition: Definition | None = None) -> None:

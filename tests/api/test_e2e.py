@@ -1,11 +1,13 @@
 """End to end: a live ASGI server (uvicorn, long-polls served by serve_long_polls) and a runscheduler node on the test database, an
-executor written without Django in another process, and 50 long-polls waiting at once."""
+executor written without Django in another process (and the Node.js and curl snippets of
+docs/executors.md), and 50 long-polls waiting at once."""
 
 from __future__ import annotations
 
 import http.client
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -269,13 +271,13 @@ def test_hostile_bodies_get_json_4xx_from_the_live_server(server):
         send(base, execute, "POST", "long-poll", b"[" * 3000 + b"]" * 3000), 400, "invalid_json"
     )
     plain = b'{"definitions": ["e2e/sum"], "timeout": 0}'
-    for path in ("poll", "long-poll"):
+    for path in ("poll", "long-poll", "claim", "complete"):
         answer = send(base, execute, "POST", path, plain, content_type="text/plain")
         json_error(answer, 415, "unsupported_media_type")
     assert not Task.objects.exists()
 
 
-@pytest.mark.parametrize("path", ["", "poll", "long-poll"])
+@pytest.mark.parametrize("path", ["", "poll", "long-poll", "claim", "complete"])
 @pytest.mark.parametrize("framing", ["content-length", "chunked"])
 def test_a_body_over_the_size_limit_is_a_json_413_from_the_live_server(server, path, framing):
     base, _ = server
@@ -319,3 +321,78 @@ def test_head_answers_like_get_from_the_live_server(server):
         assert int(headers["content-length"]) == len(got), path
     status, headers, _ = send(base, token, "HEAD", "long-poll", content_type=None)
     assert (status, headers["allow"]) == (405, "POST")
+
+
+# --- the executors of docs/executors.md ----------------------------------------------------------
+
+DOCS = ROOT / "docs" / "executors.md"
+
+
+def snippet(after: str, language: str) -> str:
+    """The first ``language`` code block of docs/executors.md after the line ``after``."""
+    text = DOCS.read_text()
+    rest = text[text.index(after) :]
+    begin = rest.index(f"```{language}\n") + len(language) + 4
+    return rest[begin : rest.index("```", begin)]
+
+
+def all_succeeded(ids: list[int]) -> bool:
+    """every task succeeded"""
+    return Task.objects.filter(pk__in=ids, state=TaskState.SUCCEEDED).count() == len(ids)
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")
+def test_the_documented_node_executor_runs_tasks_in_batches(server, tmp_path):
+    base, _ = server
+    _, submit = make_user("alice", "submit_tasks")
+    _, execute = make_user("runner", "execute_tasks")
+    code = snippet("### In batches", "js").replace('"billing/send-invoice"', '"e2e/sum"')
+    script = tmp_path / "executor.mjs"
+    script.write_text("const sendInvoice = async ({ a, b }) => ({ sum: a + b });\n" + code)
+    ids = []
+    for n in range(30):
+        status, body = call(
+            base, submit, "POST", "", {"definition": "e2e/sum", "params": {"a": n, "b": 1}}
+        )
+        assert status == 201, body
+        ids.append(body["id"])
+    node = subprocess.Popen(
+        ["node", str(script)],
+        env={"PATH": os.environ.get("PATH", ""), "TASKS_URL": base, "TASKS_TOKEN": execute},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(lambda: all_succeeded(ids) or node.poll() is not None, timeout=60)
+    finally:
+        _, err = reap(node, signal.SIGTERM)
+    assert all_succeeded(ids), err
+    assert {task.result["sum"] - task.payload["a"] for task in Task.objects.filter(pk__in=ids)} == {
+        1
+    }
+    assert not err
+
+
+@pytest.mark.skipif(not (shutil.which("curl") and shutil.which("jq")), reason="needs curl, jq")
+@pytest.mark.parametrize(
+    ("after", "tasks"), [("Or with curl and", 1), ("With curl and jq, one", 3)]
+)
+def test_the_documented_curl_rounds_run_tasks(server, after, tasks):
+    base, _ = server
+    _, submit = make_user("alice", "submit_tasks")
+    _, execute = make_user("runner", "execute_tasks")
+    script = snippet(after, "sh").replace('"billing/send-invoice"', '"test/basic"')
+    ids = [
+        call(base, submit, "POST", "", {"definition": "test/basic"})[1]["id"] for _ in range(tasks)
+    ]
+    out = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        env={"PATH": os.environ.get("PATH", ""), "BASE": base, "TOKEN": execute},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert all_succeeded(ids)
+    assert {task.result["ok"] for task in Task.objects.filter(pk__in=ids)} == {True}
