@@ -25,7 +25,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse, UnreadablePostE
 
 from django_tasks_coord import definitions, tracing, validation
 from django_tasks_coord.api import auth, openapi
-from django_tasks_coord.api.longpoll import run_db
+from django_tasks_coord.api.threads import run_db
 from django_tasks_coord.exceptions import (
     ExecutionConflictError,
     InvalidArgumentError,

@@ -1,9 +1,10 @@
 """Long-polls that cost neither a thread nor a database connection while they wait.
 
 A waiting long-poll is a coroutine parked on an :class:`asyncio.Event`. Each check for
-work runs in the event loop's shared thread pool and closes its database connection
-before it returns, so a thousand waiting executors hold a thousand small coroutines,
-not a thousand threads or connections (deploy under ASGI; see docs/executors.md).
+work runs in one of the API's few database threads (:mod:`~django_tasks_coord.api.threads`),
+which keep their connections by the ``DATABASES`` settings, so a thousand waiting executors
+hold a thousand small coroutines, not a thousand threads or connections (deploy under
+ASGI; see docs/executors.md).
 
 What wakes a waiting long-poll:
 
@@ -28,10 +29,10 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from asgiref.sync import sync_to_async
-from django.db import DatabaseError, connections
+from django.db import DatabaseError
 
 from django_tasks_coord import db, executions
+from django_tasks_coord.api.threads import run_db
 from django_tasks_coord.conf import app_settings
 from django_tasks_coord.models import Task
 
@@ -39,18 +40,6 @@ from django_tasks_coord.models import Task
 SAFETY_INTERVAL = 10.0
 #: Seconds the LISTEN connection stays open after its last waiter left.
 LINGER = 30.0
-
-
-async def run_db[T](func: Callable[..., T], *args: Any) -> T:
-    """Run ``func(*args)`` in the shared thread pool and close its database connections after."""
-
-    def run() -> T:
-        try:
-            return func(*args)
-        finally:
-            connections.close_all()
-
-    return await sync_to_async(run, thread_sensitive=False)()
 
 
 class _Hub:
