@@ -94,8 +94,8 @@ def as_api_error(exc: Exception) -> ApiError:
 def authorize(request: HttpRequest, spec: openapi.Operation) -> Any:
     """The user of the request's bearer token (401), if it has the operation's permission (403)."""
     definitions.prepare()
-    user = auth.authenticate(request.headers.get("Authorization"))
-    if not any(user.has_perm(permission) for permission in spec.permissions):
+    user, allowed = auth.authorized(request.headers.get("Authorization"), spec.permissions)
+    if not allowed:
         raise ApiError(
             403,
             "permission_denied",

@@ -44,6 +44,7 @@ from django_tasks_coord.db.transactions import (
     write_transaction,
 )
 from django_tasks_coord.db.vendor import (
+    hands_out_in_one_statement,
     has_notify,
     has_row_estimates,
     locks_whole_database,
@@ -71,6 +72,7 @@ __all__ = [
     "alias",
     "connection",
     "connection_lost",
+    "hands_out_in_one_statement",
     "has_notify",
     "has_row_estimates",
     "listen_params",

@@ -11,9 +11,11 @@ the long-polls waiting for room under a concurrency limit.
 
 from __future__ import annotations
 
+import functools
 import uuid
+import weakref
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -47,9 +49,12 @@ def hand_out(
     a race. (SQLite serializes every write transaction anyway.)
 
     The tasks become REQUESTED, or with ``start`` IN PROGRESS (an attempt begun, as by
-    ``executions.start``), each under a fresh ``exec_id``.
+    ``executions.start``), each under a fresh ``exec_id``. On PostgreSQL, a definition
+    without a limit is handed out in one statement (:func:`_hand_out_at_once`).
     """
     using, conn = db.alias(), db.connection()
+    if definition.concurrency_limit is None and db.hands_out_in_one_statement(conn):
+        return _hand_out_at_once(definition, limit, now, start)
     with db.write_transaction():
         room: Counter[str] | None = None
         topic = Topic.objects.using(using).filter(name=definition.name)
@@ -74,6 +79,113 @@ def hand_out(
         changes = (_started if start else _requested)(chosen, definition, now)
         Task.objects.using(using).rows(chosen).update(**changes)
     return chosen
+
+
+#: The claim of :func:`_hand_out_at_once` (PostgreSQL): due tasks of a topic that is not
+#: paused, locked skipping rows others hold, in the order of priority and age, each given a
+#: new exec_id by the database; ``{started}`` is empty, or begins an attempt. The choice is a
+#: materialized CTE: as a subquery joined to the UPDATE, the planner may run it again per
+#: row, and each run skips the rows the previous ones locked.
+_AT_ONCE = """
+WITH c AS MATERIALIZED (
+    SELECT {sequence}, gen_random_uuid() AS new_id FROM {task}
+    WHERE {topic} = %(topic)s AND {state} = %(pending)s
+        AND ({execute_at} IS NULL OR {execute_at} <= %(now)s)
+        AND NOT EXISTS (SELECT 1 FROM {topics} WHERE {name} = %(topic)s AND {paused})
+    ORDER BY {priority} DESC, {sequence}
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {task} AS t
+SET {state} = %(state)s, {exec_id} = c.new_id, {deadline} = %(deadline)s, {owner} = NULL{started}
+FROM c
+WHERE t.{topic} = %(topic)s AND t.{sequence} = c.{sequence}
+RETURNING {returning}
+"""
+#: The changes of ``start``: an attempt begun (its log entry as ``Attempt.to_json`` has it).
+_STARTED = """,
+    {attempts} = t.{attempts} + 1, {started_at} = %(now)s, {finished_at} = NULL,
+    {attempt_log} = COALESCE(t.{attempt_log}, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
+        'attempt', t.{attempts} + 1, 'exec_id', c.new_id::text, 'started_at', %(started)s::text))"""
+
+
+def _column(model: type[models.Model], name: str) -> str:
+    field = model._meta.get_field(name)
+    assert isinstance(field, models.Field)
+    assert field.column is not None
+    return field.column
+
+
+@functools.cache
+def _at_once_sql(start: bool, quote: Callable[[str], str]) -> str:
+    """:data:`_AT_ONCE` with the tables' and columns' names."""
+    names = {
+        name: quote(_column(Task, name))
+        for name in (
+            "state",
+            "exec_id",
+            "deadline",
+            "owner",
+            "sequence",
+            "topic",
+            "execute_at",
+            "priority",
+            "attempts",
+            "started_at",
+            "finished_at",
+            "attempt_log",
+        )
+    }
+    names.update(
+        task=quote(Task._meta.db_table),
+        topics=quote(Topic._meta.db_table),
+        name=quote(_column(Topic, "name")),
+        paused=quote(_column(Topic, "paused")),
+    )
+    columns = (_column(Task, field.name) for field in Task._meta.concrete_fields)
+    returning = ", ".join(f"t.{quote(column)}" for column in columns)
+    started = _STARTED.format(**names) if start else ""
+    return _AT_ONCE.format(started=started, returning=returning, **names)
+
+
+def _hand_out_at_once(definition: Definition, limit: int, now: datetime, start: bool) -> list[Task]:
+    """:func:`hand_out` in one statement (PostgreSQL, a definition without a limit)."""
+    conn = db.connection()
+    timeout = definition.in_progress_timeout if start else definition.requested_to_start_timeout
+    params = {
+        "state": TaskState.ACTIVE if start else TaskState.REQUESTED,
+        "pending": TaskState.PENDING,
+        "deadline": now + timedelta(seconds=timeout),
+        "topic": definition.name,
+        "now": now,
+        "started": now.isoformat(),
+        "limit": limit,
+    }
+    with conn.cursor() as cursor:
+        cursor.execute(_at_once_sql(start, conn.ops.quote_name), params)
+        rows = cursor.fetchall()
+    chosen = _tasks(conn, rows)
+    chosen.sort(key=lambda task: (-task.priority, task.sequence))
+    return chosen
+
+
+#: The converters of each connection for the task table's columns, by column position.
+_converters: weakref.WeakKeyDictionary[Any, dict[int, Any]] = weakref.WeakKeyDictionary()
+
+
+def _tasks(conn: Any, rows: list[tuple[Any, ...]]) -> list[Task]:
+    """Tasks from rows of every concrete column of the task table, in the model's order,
+    converted as a query of the ORM converts them."""
+    fields = Task._meta.concrete_fields
+    compiler = Task.objects.none().query.get_compiler(connection=conn)
+    converters = _converters.get(conn)
+    if converters is None:
+        columns = [field.get_col(Task._meta.db_table) for field in fields]
+        converters = _converters[conn] = compiler.get_converters(columns)
+    if converters:
+        rows = list(compiler.apply_converters(rows, converters))
+    names = [field.attname for field in fields]
+    return [Task.from_db(conn.alias, names, row) for row in rows]
 
 
 def _per_row(values: dict[int, Any], field: models.Field[Any, Any]) -> Case:
