@@ -40,8 +40,9 @@ from typing import Any
 from django.conf import settings
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpResponse
-from django.urls import resolve
+from django.urls import ResolverMatch, resolve
 
+from django_tasks_coord.api.openapi import OPERATIONS
 from django_tasks_coord.api.threads import run_db
 
 logger = logging.getLogger("django.request")
@@ -61,22 +62,40 @@ def _views() -> ModuleType:
     return views
 
 
+#: The names of the API's routes that are operations (``urls.py`` names them by path).
+_OPERATION_ROUTES = frozenset(operation.path for operation in OPERATIONS)
+
+
+def _operation(path: str, prefix: str) -> ResolverMatch | None:
+    """The API operation that ``path`` calls, or None: outside ``prefix``, a route that is no
+    operation, or a task id that is no number (``tasks/metrics`` is not a task)."""
+    if not path.startswith(prefix):
+        return None
+    match = resolve(path[len(prefix) - 1 :], urlconf="django_tasks_coord.api.urls")
+    if match.url_name not in _OPERATION_ROUTES:
+        return None
+    task_id = match.kwargs.get("task_id")
+    return match if task_id is None or str(task_id).isdigit() else None
+
+
 def serve_api(application: ASGIApp, prefix: str = "/tasks/") -> ASGIApp:
     """``application``, with the HTTP requests for the API mounted at ``prefix`` (as in
     ``path("tasks/", include("django_tasks_coord.api.urls"))``) served directly: each call
-    in one of the API's database threads, long-polls and waiting claims as coroutines. The
-    OpenAPI document and everything outside ``prefix`` go to ``application``."""
+    in one of the API's database threads, long-polls and waiting claims as coroutines.
+    Everything else goes to ``application``: paths outside ``prefix``, and under it those of
+    no operation (the OpenAPI document, the metrics view of ``django_tasks_coord.urls``, and
+    unknown paths, which the API's own URLs answer with a JSON 404)."""
     prefix = "/" + prefix.strip("/") + "/"
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"] if scope["type"] == "http" else ""
-        if not path.startswith(prefix) or path == prefix + "openapi.json":
+        match = _operation(path, prefix)
+        if match is None:
             await application(scope, receive, send)
             return
         body = await _body_or_413(scope, receive, send)
         if body is None:
             return
-        match = resolve(path[len(prefix) - 1 :], urlconf="django_tasks_coord.api.urls")
         request = ASGIRequest(scope, io.BytesIO(body))
         response: HttpResponse | None
         try:
