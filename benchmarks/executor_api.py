@@ -1,178 +1,246 @@
-"""The executor HTTP API over a live ASGI server (uvicorn, one process), on each database.
+"""The executor HTTP API over a live uvicorn server, driven by executors in another process.
 
-1. Throughput: 8 executor threads (one keep-alive HTTP connection each) run
-   poll → start → success until a backlog of tasks is done; tasks/s, with polls of 1
-   and of 10 tasks.
-2. Long-poll wake-up latency: one executor long-polls; a task is created; the time from
-   the commit of the create to the long-poll's answer arriving. Median and p99 of
-   ``--wakeups`` samples. PostgreSQL wakes long-polls by NOTIFY; the others check every
-   ``LONG_POLL_INTERVAL`` (0.5 s by default), so their latency is about half of that.
+**Throughput.** ``--executors`` (4) executors drain a backlog of one definition's no-op tasks
+through one uvicorn process. They are the Node.js loops of ``executor_client.mjs``, all in
+one process of their own, each on one keep-alive HTTP connection; a run is timed by that
+process from its first request to its last answer. What is measured:
+
+| row | package | deployment | calls per task |
+| --- | --- | --- | --- |
+| ``base: poll, start, success`` | ``--base`` (the commit before the batch calls) | its documented one: ``serve_long_polls``, Django's default ``CONN_MAX_AGE`` (0) | poll (limit 1), start, success |
+| ``poll, start, success`` | this tree | the documented one: ``serve_api``, ``CONN_MAX_AGE`` 600 | the same three |
+| ``claim 1, complete 1`` | this tree | the same | claim (limit 1), complete (one report) |
+| ``claim N, complete N`` | this tree | the same | claim (limit ``--batch``), complete (all of them) |
+
+Both servers run a project's usual middleware (Django's ``startproject`` list). Each round
+runs every row once, in an order rotated from round to round; figures are medians of
+``--rounds`` (at least 3) and ratios are taken within each round. Each row starts from a
+table holding just its backlog (``--tasks-single`` or ``--tasks-batch`` tasks, filled and
+analyzed untimed).
+
+**Statements per call**, counted with ``CaptureQueriesContext`` through Django's test client
+in the helper process of each version (``BEGIN`` and ``COMMIT`` are not statements there).
+
+**Long-poll wake-up latency** (this tree): one executor long-polls; a task is created; the
+time from the create's commit to the long-poll's answer. PostgreSQL wakes long-polls by
+``NOTIFY``; the other databases check every ``LONG_POLL_INTERVAL`` (0.5 s).
 
 Usage::
 
-    ./run bench executor_api                     # every database that answers
-    # postgres-pool: PostgreSQL with Django's connection pool (pip install "psycopg[pool]")
-    python -m benchmarks.executor_api --databases sqlite --tasks 500 --wakeups 20
+    ./run bench executor_api                                # PostgreSQL
+    python -m benchmarks.executor_api --databases postgres,sqlite --rounds 3
+    python -m benchmarks.executor_api --render              # the .md again from the .json
 
-Results: ``benchmarks/results/executor_api.json`` and ``.md``. The same file is the
-server's ASGI module (``benchmarks.executor_api:application``) when
-``EXECUTOR_API_SERVE`` is set.
+Needs ``node`` (18 or later) on ``PATH``. Results: ``benchmarks/results/executor_api.json``
+and ``.md``. The same module is the servers' ASGI application (``application``) and the
+helper processes' entry point.
 """
 
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
-import platform
 import random
-import signal
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+import types
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
-from benchmarks.common import BASE_APPS, RESULTS, ROOT, create_database, database
+from benchmarks import common
+from benchmarks.paired import WORKTREE, checkout
 
 DEFINITION = "bench/work"
-EXECUTORS = 8
-
 NAME = "bench_executor_api"
+CLIENT = common.HERE / "executor_client.mjs"
+#: The documented deployment's connection settings (docs/executors.md).
+PERSISTENT = {"CONN_MAX_AGE": 600}
+#: Django's startproject middleware: what a project's requests go through.
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
 
 
-def configure(vendor: str) -> None:
-    """Django settings for the benchmark process and the server alike."""
+def configure(spec: dict[str, Any]) -> None:
+    """Django settings of a helper or server process of one version (``spec``: vendor,
+    database name, ``head`` or ``base``)."""
     import django
     from django.conf import settings
+    from django.urls import include, path
 
-    config = database(vendor, NAME)
-    if vendor == "postgres" and os.environ.get("BENCH_PG_POOL"):
-        # Django's connection pool (psycopg_pool): a request's connection is borrowed, not opened.
-        config["OPTIONS"] = {"pool": {"min_size": 4, "max_size": 16}}
+    config = common.database(spec["vendor"], spec["name"])
+    if spec["label"] == "head":
+        config.update(PERSISTENT)
+    urls = types.ModuleType("bench_executor_api_urls")
     settings.configure(
         DATABASES={"default": config},
-        INSTALLED_APPS=list(BASE_APPS),
+        INSTALLED_APPS=[*common.BASE_APPS, "django.contrib.sessions", "django.contrib.messages"],
+        MIDDLEWARE=MIDDLEWARE,
         USE_TZ=True,
         DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
-        ROOT_URLCONF=__name__,
-        ALLOWED_HOSTS=["127.0.0.1"],
+        ROOT_URLCONF=urls,
+        ALLOWED_HOSTS=["127.0.0.1", "testserver"],
         SECRET_KEY="benchmark",
-        MIDDLEWARE=[],
+        LOGGING_CONFIG=None,
     )
     django.setup()
+    urls.urlpatterns = [path("tasks/", include("django_tasks_coord.api.urls"))]  # type: ignore[attr-defined]
     from django_tasks_coord import definitions
 
     definitions.define(DEFINITION)
 
 
-if os.environ.get("EXECUTOR_API_SERVE"):  # the server process
-    configure(os.environ["EXECUTOR_API_SERVE"])
+if os.environ.get("EXECUTOR_API_SERVE"):  # a server process (uvicorn imports this module)
+    configure(json.loads(os.environ["EXECUTOR_API_SERVE"]))
     from django.core.handlers.asgi import ASGIHandler
-    from django.urls import include, path
 
-    urlpatterns = [path("tasks/", include("django_tasks_coord.api.urls"))]
-    application = ASGIHandler()
+    from django_tasks_coord.api import asgi
+
+    if hasattr(asgi, "serve_api"):
+        application = asgi.serve_api(ASGIHandler(), prefix="/tasks/")
+    else:  # the base version's documented deployment
+        application = asgi.serve_long_polls(ASGIHandler(), path="/tasks/long-poll")
 
 
-def prepare_database() -> None:
-    """Create the benchmark database on its server if needed; start from empty tables."""
+# --- the helper processes (Django set up on one version's package and database) ---------------
+
+
+def setup() -> dict[str, Any]:
+    """Create and migrate the database, empty it, and issue an executor's token."""
+    from django.contrib.auth.models import Permission, User
     from django.core.management import call_command
     from django.db import connection
 
-    create_database(connection.settings_dict)
+    import django_tasks_coord
+    from django_tasks_coord.api.auth import issue_token
+
+    common.create_database(connection.settings_dict)
     call_command("migrate", verbosity=0)
     call_command("flush", interactive=False, verbosity=0)
+    user = User.objects.create_user("executor")
+    user.user_permissions.add(Permission.objects.get(codename="execute_tasks"))
+    return {"token": issue_token(user, "benchmark")[1], "package": django_tasks_coord.__file__}
+
+
+def fill(tasks: int) -> dict[str, Any]:
+    """A table holding ``tasks`` ready tasks and nothing else, analyzed."""
+    from django.db import transaction
+
+    from django_tasks_coord import executions
+    from django_tasks_coord.models import Task
+
+    Task.objects.all().delete()
+    with transaction.atomic():
+        for _ in range(tasks):
+            executions.create(DEFINITION)
+    common.tidy("default", Task._meta.db_table)
+    return {"tasks": tasks}
+
+
+def _count(client: Any, token: str, path: str, body: dict[str, Any]) -> tuple[int, Any]:
+    """The statements of one call: in this process's thread, and in the API's database
+    threads where it has them (where claims run)."""
+    import importlib
+
+    from django.db import connection, connections
+    from django.test.utils import CaptureQueriesContext
+
+    captured: list[Any] = []
+    try:
+        threads: Any = importlib.import_module("django_tasks_coord.api.threads")
+    except ImportError:  # the base version: no database threads but the long-polls'
+        threads = None
+    if threads is not None:
+        call = threads._call
+
+        def counting(func: Any, args: Any) -> Any:
+            with CaptureQueriesContext(connections["default"]) as queries:
+                try:
+                    return call(func, args)
+                finally:
+                    captured.extend(queries.captured_queries)
+
+        threads._call = counting
+    try:
+        with CaptureQueriesContext(connection) as queries:
+            response = client.post(
+                f"/tasks/{path}",
+                body,
+                "application/json",
+                headers={"Authorization": f"Bearer {token}"},
+            )
+    finally:
+        if threads is not None:
+            threads._call = call
+    assert response.status_code == 200, response.content
+    return len(queries.captured_queries) + len(captured), response.json()
+
+
+def count(token: str) -> dict[str, Any]:
+    """Statements per call: poll, start and success; claim and complete where they exist."""
+    from django.test import Client
+
+    from django_tasks_coord.api import openapi
+
+    fill(60)
+    client, counts = Client(), {}
+    for _ in range(2):  # the second time is counted: definitions synced, token touched
+        counts["poll"], polled = _count(client, token, "poll", {"definitions": [DEFINITION]})
+        (task,) = polled["tasks"]
+        execution = {"exec_id": task["exec_id"]}
+        counts["start"], _ = _count(client, token, f"{task['id']}/start", execution)
+        success = {**execution, "result": {"ok": True}}
+        counts["success"], _ = _count(client, token, f"{task['id']}/success", success)
+    for limit in (1, 50) if "claim" in openapi.BY_ID else ():
+        claim = {"definitions": [DEFINITION], "limit": limit}
+        counts[f"claim {limit}"], claimed = _count(client, token, "claim", claim)
+        reports = [
+            {"id": t["id"], "exec_id": t["exec_id"], "outcome": "succeeded", "result": {"ok": 1}}
+            for t in claimed["tasks"]
+        ]
+        counts[f"complete {limit}"], _ = _count(client, token, "complete", {"tasks": reports})
+    return counts
 
 
 class Client:
-    """One keep-alive HTTP connection speaking JSON with a bearer token."""
+    """One keep-alive HTTP connection speaking JSON with a bearer token (wake-ups only)."""
 
     def __init__(self, port: int, token: str) -> None:
+        import http.client
+
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
         self.headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
 
     def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         self.conn.request("POST", f"/tasks/{path}", json.dumps(body), self.headers)
         response = self.conn.getresponse()
-        data = json.loads(response.read())
+        data: dict[str, Any] = json.loads(response.read())
         if response.status >= 300:
             raise RuntimeError(f"{path}: {response.status} {data}")
         return data
 
 
-def serve(vendor: str) -> tuple[subprocess.Popen[bytes], int]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "benchmarks.executor_api:application",
-            "--port",
-            str(port),
-            "--lifespan=off",
-            "--no-access-log",
-            "--log-level=warning",
-        ],
-        cwd=ROOT,
-        env={**os.environ, "EXECUTOR_API_SERVE": vendor, "PYTHONPATH": str(ROOT)},
-    )
-    for _ in range(300):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return proc, port
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("the server did not start")
-
-
-def throughput(port: int, token: str, tasks: int, batch: int) -> float:
+def wakeups(port: int, token: str, samples: int) -> dict[str, Any]:
+    """Long-poll wake-up latencies: median and p99 in milliseconds."""
     from django_tasks_coord import executions
 
-    for _ in range(tasks):
-        executions.create(DEFINITION)
-    done = [0] * EXECUTORS
-    begin = threading.Barrier(EXECUTORS + 1)
-
-    def executor(index: int) -> None:
-        client = Client(port, token)
-        begin.wait()
-        while True:
-            polled = client.post("poll", {"definitions": [DEFINITION], "limit": batch})["tasks"]
-            if not polled:
-                return
-            for task in polled:
-                body = {"exec_id": task["exec_id"]}
-                client.post(f"{task['id']}/start", body)
-                client.post(f"{task['id']}/success", {**body, "result": {"ok": True}})
-                done[index] += 1
-
-    threads = [threading.Thread(target=executor, args=(i,)) for i in range(EXECUTORS)]
-    for thread in threads:
-        thread.start()
-    begin.wait()
-    started = time.perf_counter()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - started
-    assert sum(done) == tasks, done
-    return tasks / elapsed
-
-
-def wakeups(port: int, token: str, samples: int) -> list[float]:
-    from django_tasks_coord import executions
-
+    fill(0)
     arrivals: dict[int, float] = {}
-    got = threading.Event()
-    stop = threading.Event()
+    got, stop = threading.Event(), threading.Event()
 
     def executor() -> None:
         client = Client(port, token)
@@ -182,8 +250,7 @@ def wakeups(port: int, token: str, samples: int) -> list[float]:
                 arrivals[task["id"]] = time.perf_counter()
                 got.set()
 
-    thread = threading.Thread(target=executor, daemon=True)
-    thread.start()
+    threading.Thread(target=executor, daemon=True).start()
     latencies = []
     for _ in range(samples + 2):
         # The executor is waiting again by then; a random gap samples every phase of its
@@ -196,111 +263,289 @@ def wakeups(port: int, token: str, samples: int) -> list[float]:
             raise RuntimeError("the long-poll was not woken")
         latencies.append(arrivals[task.pk] - committed)
     stop.set()
-    return latencies[2:]  # the first ones open the LISTEN connection
+    latencies = sorted(latencies[2:])  # the first ones open the LISTEN connection
+    return {
+        "wakeup_median_ms": round(statistics.median(latencies) * 1000, 1),
+        "wakeup_p99_ms": round(common.percentile(latencies, 99) * 1000, 1),
+        "wakeup_samples": len(latencies),
+    }
 
 
-def run(alias: str, tasks: int, samples: int) -> dict[str, Any]:
-    from django.contrib.auth.models import User
-    from django.db import connection
+def helper(action: str, *args: str) -> None:
+    """A helper process's work; prints its JSON answer as the last line."""
+    configure(json.loads(os.environ["EXECUTOR_API_HELPER"]))
+    if action == "setup":
+        answer = setup()
+    elif action == "fill":
+        answer = fill(int(args[0]))
+    elif action == "count":
+        answer = count(args[0])
+    else:
+        answer = wakeups(int(args[0]), args[1], int(args[2]))
+    print(json.dumps(answer))
 
-    from django_tasks_coord.api.auth import issue_token
 
-    prepare_database()
-    _, token = issue_token(User.objects.create_superuser("bench"))
-    proc, port = serve(alias)
+# --- the orchestrating process (no Django) --------------------------------------------------
+
+
+@dataclass
+class Version:
+    """One version of the package, its database and its server."""
+
+    label: str
+    revision: str
+    source: Path
+    spec: dict[str, Any]
+    workdir: Path
+    token: str = ""
+    server: subprocess.Popen[bytes] | None = None
+    port: int = 0
+
+    def env(self, **values: str) -> dict[str, str]:
+        path = os.pathsep.join(dict.fromkeys([str(self.source), str(common.ROOT)]))
+        return {**os.environ, "PYTHONPATH": path, **values}
+
+    def helper(self, *args: str) -> dict[str, Any]:
+        out = subprocess.run(
+            [sys.executable, "-m", "benchmarks.executor_api", "--helper", *args],
+            cwd=self.workdir,  # not the repository: its package would come first
+            env=self.env(EXECUTOR_API_HELPER=json.dumps(self.spec)),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if out.returncode != 0:
+            raise RuntimeError(f"{self.label} {args[0]}: {out.stderr[-3000:]}")
+        answer: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+        return answer
+
+    def serve(self) -> None:
+        self.port = _free_port()
+        self.server = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "uvicorn", "benchmarks.executor_api:application"),
+                *("--port", str(self.port), "--lifespan=off", "--no-access-log"),
+                "--log-level=warning",
+            ],
+            cwd=self.workdir,  # not the repository: its package would come first
+            env=self.env(EXECUTOR_API_SERVE=json.dumps(self.spec)),
+        )
+        for _ in range(300):
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError(f"the {self.label} server did not start")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@dataclass(frozen=True)
+class Row:
+    """One throughput measurement: a version, the client's mode and the claim's size."""
+
+    label: str
+    version: str
+    mode: str
+    batch: int
+
+
+def drain(version: Version, row: Row, tasks: int, executors: int) -> dict[str, Any]:
+    """Fill the backlog, drain it with the Node.js executors; their figures."""
+    version.helper("fill", str(tasks))
+    base = f"http://127.0.0.1:{version.port}/tasks"
+    assert version.server is not None
+    cpu = _cpu_seconds(version.server.pid)
+    out = subprocess.run(
+        [
+            *("node", str(CLIENT), base, version.token, DEFINITION),
+            *(row.mode, str(executors), str(row.batch)),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"{row.label}: {out.stderr[-3000:]}")
+    figures: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    if figures["done"] != tasks:
+        raise RuntimeError(f"{row.label}: {figures['done']} of {tasks} tasks done")
+    figures["tasks_per_s"] = round(tasks / figures["seconds"], 1)
+    figures["server_cpu_ms_per_task"] = round(
+        (_cpu_seconds(version.server.pid) - cpu) / tasks * 1000, 3
+    )
+    return figures
+
+
+def _cpu_seconds(pid: int) -> float:
+    """The CPU time process ``pid`` used so far (Linux: /proc; elsewhere NaN)."""
     try:
-        result: dict[str, Any] = {"database": alias, "server": f"{connection.vendor}"}
-        for batch in (1, 10):
-            result[f"tasks_per_s_poll_{batch}"] = round(throughput(port, token, tasks, batch), 1)
-        lat = sorted(wakeups(port, token, samples))
-        result["wakeup_median_ms"] = round(statistics.median(lat) * 1000, 1)
-        result["wakeup_p99_ms"] = round(lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000, 1)
-        result["wakeup_samples"] = len(lat)
-        return result
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(vendor: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    """Every row on ``vendor``'s database, ``args.rounds`` interleaved rounds."""
+    versions: dict[str, Version] = {}
+    for label, ref in (("base", args.base), ("head", WORKTREE)):
+        source, revision = checkout(ref, label, tmp)
+        spec = {"vendor": vendor, "name": f"{NAME}_{label}", "label": label}
+        version = versions[label] = Version(label, revision, source, spec, tmp)
+        answer = version.helper("setup")
+        if not Path(answer["package"]).is_relative_to(source):
+            raise RuntimeError(f"{label} imported {answer['package']}, not its own package")
+        version.token = answer["token"]
+    rows = [
+        Row("base: poll, start, success", "base", "single", 1),
+        Row("poll, start, success", "head", "single", 1),
+        Row("claim 1, complete 1", "head", "batch", 1),
+        Row(f"claim {args.batch}, complete {args.batch}", "head", "batch", args.batch),
+    ]
+    result: dict[str, Any] = {
+        "database": vendor,
+        "versions": {label: v.revision for label, v in versions.items()},
+        "statements": {label: v.helper("count", v.token) for label, v in versions.items()},
+        "rounds": [],
+    }
+    try:
+        for version in versions.values():
+            version.serve()
+        for number in range(args.rounds):
+            shift = number % len(rows)
+            figures = {}
+            for row in rows[shift:] + rows[:shift]:
+                tasks = args.tasks_batch if row.batch > 1 else args.tasks_single
+                figures[row.label] = drain(versions[row.version], row, tasks, args.executors)
+                print(f"{vendor} round {number + 1}: {row.label}: {figures[row.label]}")
+            result["rounds"].append(figures)
+        if args.wakeups:
+            head = versions["head"]
+            result.update(head.helper("wakeups", str(head.port), head.token, str(args.wakeups)))
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(30)
+        common.terminate([v.server for v in versions.values() if v.server], timeout=30)
+    result["rows"] = _summary(rows, result["rounds"])
+    return result
+
+
+def _summary(rows: list[Row], rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per row: the median rate, its range, and the median of its per-round ratio to the base."""
+    summary = []
+    for row in rows:
+        rates = [r[row.label]["tasks_per_s"] for r in rounds]
+        ratios = [r[row.label]["tasks_per_s"] / r[rows[0].label]["tasks_per_s"] for r in rounds]
+        requests = rounds[0][row.label]["requests"] / rounds[0][row.label]["done"]
+        cpu = statistics.median(r[row.label]["server_cpu_ms_per_task"] for r in rounds)
+        summary.append(
+            {
+                "row": row.label,
+                "tasks_per_s": round(statistics.median(rates), 1),
+                "min": min(rates),
+                "max": max(rates),
+                "vs_base": round(statistics.median(ratios), 2),
+                "requests_per_task": round(requests, 2),
+                "server_cpu_ms_per_task": round(cpu, 2),
+            }
+        )
+    return summary
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--databases", default="sqlite,postgres,postgres-pool,mysql")
-    parser.add_argument("--tasks", type=int, default=2000)
-    parser.add_argument("--wakeups", type=int, default=100)
+    parser.add_argument("--databases", default="postgres")
+    parser.add_argument("--base", default="173a994", help="the git ref measured as 'base'")
+    parser.add_argument("--executors", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--tasks-single", type=int, default=1000)
+    parser.add_argument("--tasks-batch", type=int, default=5000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--wakeups", type=int, default=50)
     args = parser.parse_args()
+    if args.rounds < 3:
+        parser.error("--rounds must be at least 3 (figures are medians of interleaved rounds)")
     results = []
-    for alias in args.databases.split(","):
-        # Each database in a fresh interpreter: Django is configured once per process.
-        # "postgres-pool": PostgreSQL with Django's connection pool (needs psycopg[pool]).
-        env = {**os.environ, "BENCH_PG_POOL": "1"} if alias == "postgres-pool" else None
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "benchmarks.executor_api",
-                "--one",
-                alias.removesuffix("-pool"),
-                str(args.tasks),
-                str(args.wakeups),
-            ],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            check=False,
-            env=env,
-        )
-        if out.returncode != 0:
-            print(f"{alias}: skipped ({out.stderr.strip().splitlines()[-1:]})")
-            continue
-        results.append({**json.loads(out.stdout.strip().splitlines()[-1]), "database": alias})
-        print(json.dumps(results[-1]))
+    with tempfile.TemporaryDirectory() as tmp:
+        for vendor in args.databases.split(","):
+            if common.reachable(vendor, f"{NAME}_head"):
+                results.append(measure(vendor, args, Path(tmp)))
     report = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-        "executors": EXECUTORS,
-        "tasks": args.tasks,
+        "machine": common.machine(),
+        "load_average_after": common.load_average(),
+        "executors": args.executors,
+        "batch": args.batch,
+        "tasks_single": args.tasks_single,
+        "tasks_batch": args.tasks_batch,
         "results": results,
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "executor_api.json").write_text(json.dumps(report, indent=2) + "\n")
-    render(report)
+    common.write_report("executor_api", report, lambda: markdown(report))
 
 
-def render(report: dict[str, Any]) -> None:
-    """Write ``results/executor_api.md`` from a report (``--render`` redoes it from the JSON)."""
+def markdown(report: dict[str, Any]) -> str:
+    """``results/executor_api.md`` from a report (``--render`` redoes it from the JSON)."""
     lines = [
         "# Executor API benchmark",
         "",
-        f"{report['when']}, {report['machine']}; one uvicorn process, {report['executors']} "
-        f"executor threads (keep-alive connections) in another, {report['tasks']} tasks per run.",
-        "",
-        "| database | poll→start→success, poll 1 (tasks/s) | poll 10 (tasks/s) | long-poll wake-up median | p99 |",
-        "| --- | ---: | ---: | ---: | ---: |",
+        f"{report['when']}, {report['machine']}. One uvicorn process; {report['executors']} "
+        "executors (Node.js, one process, a keep-alive connection each) drain "
+        f"{report['tasks_single']} tasks one per call, {report['tasks_batch']} with the "
+        f"claims of {report['batch']}. Load average after the run: "
+        f"{report['load_average_after']}.",
     ]
-    for r in report["results"]:
-        lines.append(
-            f"| {r['database']} | {r['tasks_per_s_poll_1']} | {r['tasks_per_s_poll_10']} | "
-            f"{r['wakeup_median_ms']} ms | {r['wakeup_p99_ms']} ms |"
-        )
+    for result in report["results"]:
+        rounds = len(result["rounds"])
+        lines += [
+            "",
+            f"## {common.LABELS.get(result['database'], result['database'])}",
+            "",
+            f"base = {result['versions']['base']}, head = {result['versions']['head']}; "
+            f"medians of {rounds} interleaved rounds.",
+            "",
+            "| calls | requests per task | tasks/s (median) | range | x base (median of rounds) "
+            "| server CPU per task |",
+            "| --- | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for row in result["rows"]:
+            lines.append(
+                f"| {row['row']} | {row['requests_per_task']} | {row['tasks_per_s']} | "
+                f"{row['min']}-{row['max']} | {row['vs_base']} | "
+                f"{row['server_cpu_ms_per_task']} ms |"
+            )
+        lines += ["", "Statements per call (`CaptureQueriesContext`):", ""]
+        names = list(result["statements"]["head"])
+        lines += ["| version | " + " | ".join(names) + " |", "| --- |" + " ---: |" * len(names)]
+        for label, counts in result["statements"].items():
+            cells = [str(counts.get(name, "-")) for name in names]
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        if "wakeup_median_ms" in result:
+            lines += [
+                "",
+                f"Long-poll wake-up (head): median {result['wakeup_median_ms']} ms, p99 "
+                f"{result['wakeup_p99_ms']} ms ({result['wakeup_samples']} samples).",
+            ]
     lines += [
         "",
-        "Each task costs three HTTP requests with polls of 1 (poll, start, success) and a little",
-        "over two with polls of 10; on two cores shared by the server, the eight client threads and",
-        "the database, a request's Django and HTTP handling dominates, and so does opening a",
-        "database connection per request where nothing pools them: `postgres-pool` is PostgreSQL",
-        'with Django\'s connection pool (`OPTIONS: {"pool": ...}`, `psycopg[pool]`).',
-        "Wake-ups: PostgreSQL's long-polls are woken by `NOTIFY`; SQLite's and MariaDB's check every",
-        "`LONG_POLL_INTERVAL` (0.5 s), so their latency is spread over 0 to 0.5 s (median about",
-        "half of it). The machine was shared with other work during the run (load average about 3).",
+        "Rows: see the module docstring of `benchmarks/executor_api.py`. The base runs the",
+        "deployment its documentation gave (`serve_long_polls`, Django's request handling for",
+        "every other call, a new database connection per request); the head runs",
+        "`serve_api` with `CONN_MAX_AGE` 600. The two cores are shared",
+        "by the server, the client, the database and whatever else ran on the machine.",
     ]
-    (RESULTS / "executor_api.md").write_text("\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--render"]:
-        render(json.loads((RESULTS / "executor_api.json").read_text()))
-    elif len(sys.argv) == 5 and sys.argv[1] == "--one":
-        configure(sys.argv[2])
-        print(json.dumps(run(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))))
+    if sys.argv[1:2] == ["--helper"]:
+        helper(*sys.argv[2:])
+    elif sys.argv[1:] == ["--render"]:
+        stored = json.loads((common.RESULTS / "executor_api.json").read_text())
+        common.write_report("executor_api", stored, lambda: markdown(stored))
     else:
         main()

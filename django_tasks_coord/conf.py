@@ -104,6 +104,9 @@ DEFAULTS: dict[str, Any] = {
     "LONG_POLL_MAX_TIMEOUT": 60.0,
     # HTTP API: seconds between a waiting long-poll's checks where no NOTIFY wakes it.
     "LONG_POLL_INTERVAL": 0.5,
+    # HTTP API: the threads doing the database work of the API calls served by serve_api and
+    # of every long-poll's checks; each keeps its own connections (CONN_MAX_AGE).
+    "API_THREADS": 8,
 }
 
 

@@ -48,18 +48,23 @@ from django_tasks_coord import db, definitions
 from django_tasks_coord.attempts import Attempt
 from django_tasks_coord.definitions import Definition
 from django_tasks_coord.enums import TaskState
-from django_tasks_coord.exceptions import ExecutionConflictError, InvalidArgumentError
+from django_tasks_coord.exceptions import InvalidArgumentError
 from django_tasks_coord.execution_states import (
     OUTCOME_FILTERS,
     Outcome,
     OutcomeReason,
     Status,
+    check_state,
     close_attempt,
     coerce,
+    done_error,
+    failure,
     is_defined,
     lock,
     retry_count,
+    status_at,
     status_filter,
+    success,
 )
 from django_tasks_coord.models import Task
 from django_tasks_coord.store import claims, handout
@@ -107,19 +112,7 @@ def _seconds(value: float) -> timedelta:
 
 def status(task: Task, now: datetime | None = None) -> tuple[Status, Outcome | None]:
     """The lifecycle status of ``task`` and, once done, its outcome."""
-    state = task.state
-    if state == TaskState.PENDING:
-        due = task.execute_at is None or task.execute_at <= _now(now)
-        return (Status.READY if due else Status.WAITING), None
-    if state == TaskState.REQUESTED:
-        return Status.REQUESTED, None
-    if state == TaskState.ACTIVE:
-        return Status.IN_PROGRESS, None
-    if state == TaskState.SUCCEEDED:
-        return Status.DONE, Outcome.SUCCEEDED
-    if state == TaskState.FAILED:
-        return Status.DONE, Outcome.FAILED
-    return Status.DONE, Outcome.CANCELED  # CANCELED, or ended by the queue API (redundant...)
+    return status_at(task, _now(now))
 
 
 def tasks(
@@ -218,7 +211,7 @@ def cancel(task_id: int, *, now: datetime | None = None) -> Task:
     with db.write_transaction():
         task = lock(task_id)
         if task.is_completed:
-            raise _done(task, "cancel")
+            raise done_error(task, "cancel", now)
         if task.state == TaskState.ACTIVE:
             close_attempt(task, now, "canceled", OutcomeReason.CANCELED)
         changes = {
@@ -239,12 +232,15 @@ def cancel(task_id: int, *, now: datetime | None = None) -> Task:
 # --- the executor's calls ----------------------------------------------------------------------
 
 
-def poll(names: Sequence[str], limit: int = 1, *, now: datetime | None = None) -> list[Task]:
+def poll(
+    names: Sequence[str], limit: int = 1, *, start: bool = False, now: datetime | None = None
+) -> list[Task]:
     """Hand out up to ``limit`` ready tasks of the definitions ``names``, now REQUESTED.
 
     Each task gets a fresh ``exec_id`` and must be started within its definition's
-    ``requested_to_start_timeout``. Concurrency limits count requested and in-progress
-    tasks; they hold under any number of concurrent pollers (see
+    ``requested_to_start_timeout``; with ``start``, each is started at once (IN PROGRESS,
+    like :func:`start`), as the API's batch claim does. Concurrency limits count requested
+    and in-progress tasks; they hold under any number of concurrent pollers (see
     :func:`django_tasks_coord.store.handout.hand_out`).
     Definitions are visited from a random one on, so that no definition starves; those
     whose topic is paused (``queue.pause_topic``, the admin) hand out nothing.
@@ -254,11 +250,11 @@ def poll(names: Sequence[str], limit: int = 1, *, now: datetime | None = None) -
     found = [definitions.get(name) for name in dict.fromkeys(names)]
     now = _now(now)
     handed: list[Task] = []
-    start = random.randrange(len(found)) if found else 0
-    for definition in found[start:] + found[:start]:
+    first = random.randrange(len(found)) if found else 0
+    for definition in found[first:] + found[:first]:
         if len(handed) >= limit:
             break
-        handed.extend(handout.hand_out(definition, limit - len(handed), now))
+        handed.extend(handout.hand_out(definition, limit - len(handed), now, start=start))
     return handed
 
 
@@ -266,7 +262,7 @@ def start(task_id: int, exec_id: uuid.UUID | str, *, now: datetime | None = None
     """Start a requested task: it is in progress until its in-progress timeout."""
     now = _now(now)
     with db.write_transaction():
-        task, definition = _held(task_id, exec_id, TaskState.REQUESTED, "start", "requested")
+        task, definition = _held(task_id, exec_id, TaskState.REQUESTED, "start", "requested", now)
         task.attempts += 1
         entry = Attempt(task.attempts, exec_id=str(task.exec_id), started_at=now.isoformat())
         log = [*(task.attempt_log or []), entry.to_json()]
@@ -287,7 +283,7 @@ def notify(task_id: int, exec_id: uuid.UUID | str, *, now: datetime | None = Non
     """Heartbeat of an in-progress task: its in-progress timeout starts again from ``now``."""
     now = _now(now)
     with db.write_transaction():
-        task, definition = _held(task_id, exec_id, TaskState.ACTIVE, "notify", "in progress")
+        task, definition = _held(task_id, exec_id, TaskState.ACTIVE, "notify", "in progress", now)
         report(task, TaskState.ACTIVE, deadline=now + _seconds(definition.in_progress_timeout))
     return task
 
@@ -300,22 +296,11 @@ def succeed(
     check_payload(result, "result")
     with db.write_transaction():
         task, definition = _held(
-            task_id, exec_id, TaskState.ACTIVE, "report the success of", "in progress"
+            task_id, exec_id, TaskState.ACTIVE, "report the success of", "in progress", now
         )
         definition.validate("result", result)
-        close_attempt(task, now, "succeeded", "")
-        report(
-            task,
-            TaskState.ACTIVE,
-            state=TaskState.SUCCEEDED,
-            result=result,
-            error_detail=None,  # a failed attempt's error is not the succeeded task's
-            outcome_reason="",
-            finished_at=now,
-            deadline=None,
-            attempt_log=task.attempt_log,
-        )
-        handout.freed_a_slot(task)
+        report(task, TaskState.ACTIVE, **success(task, result, now))
+        handout.freed_a_slot(task, definition)
     return task
 
 
@@ -336,7 +321,7 @@ def fail(
     check_payload(error, "error")
     with db.write_transaction():
         task, definition = _held(
-            task_id, exec_id, TaskState.ACTIVE, "report the failure of", "in progress"
+            task_id, exec_id, TaskState.ACTIVE, "report the failure of", "in progress", now
         )
         if error is not None:
             definition.validate("error", error)
@@ -355,24 +340,9 @@ def _end_attempt(
     retry: bool = True,
 ) -> None:
     """Retry the failed attempt of ``task`` after the retry delay, or fail the task for good."""
-    retrying = retry and retry_count(task) < definition.allowed_retry_count
-    close_attempt(task, now, "retry" if retrying else "failed", reason)
-    changes: dict[str, Any] = {
-        "error_detail": error,
-        "outcome_reason": reason,
-        "deadline": None,
-        "attempt_log": task.attempt_log,
-    }
-    if retrying:
-        changes.update(
-            state=TaskState.PENDING,
-            exec_id=None,
-            owner=None,
-            execute_at=now + _seconds(definition.retry_delay),
-        )
-    else:
-        changes.update(state=TaskState.FAILED, finished_at=now)
-    report(task, TaskState.ACTIVE, **changes)
+    report(
+        task, TaskState.ACTIVE, **failure(task, definition, now, reason, error=error, retry=retry)
+    )
     handout.freed_a_slot(task, definition)
 
 
@@ -423,26 +393,14 @@ def _reap_in_progress(names: list[str], now: datetime, batch_size: int) -> int:
 
 
 def _held(
-    task_id: int, exec_id: uuid.UUID | str, state: TaskState, action: str, expected: str
+    task_id: int,
+    exec_id: uuid.UUID | str,
+    state: TaskState,
+    action: str,
+    expected: str,
+    now: datetime,
 ) -> tuple[Task, Definition]:
     """Lock task ``task_id`` held under ``exec_id`` in ``state``; return it and its definition."""
     task = lock(task_id, exec_id)
-    if task.state != state:
-        raise _wrong_state(task, action, expected)
+    check_state(task, state, action, expected, now)
     return task, definitions.get(task.topic_id)
-
-
-def _done(task: Task, action: str) -> ExecutionConflictError:
-    outcome = status(task)[1]
-    return ExecutionConflictError(
-        f"Cannot {action} task {task.pk}: it is done ({outcome}).", code="task_done"
-    )
-
-
-def _wrong_state(task: Task, action: str, expected: str) -> ExecutionConflictError:
-    if task.is_completed:
-        return _done(task, action)
-    current = status(task)[0]
-    return ExecutionConflictError(
-        f"Cannot {action} task {task.pk}: it is {current.value.replace('_', ' ')}, not {expected}."
-    )

@@ -66,11 +66,11 @@ FUNCTION_IMPORTS: dict[str, str] = {
         "Django imports apps.py before the app registry is ready, so the modules that "
         "use models (receivers, checks) can only be imported in AppConfig.ready()"
     ),
-    "api/asgi.py:serve_long_polls.app": (
-        "a project's asgi.py imports serve_long_polls before get_asgi_application() sets "
-        "Django up (docs/executors.md); the views it hands long-polls to use models"
+    "api/asgi.py:_views": (
+        "a project's asgi.py imports serve_api (or serve_long_polls) before "
+        "get_asgi_application() sets Django up (docs/executors.md); the views it hands the "
+        "API's calls to use models"
     ),
-    "api/asgi.py:_respond": "the same: the long-poll view, imported once Django is set up",
     "management/commands/runscheduler.py:Command._metrics_server": (
         "metrics.node needs the optional [metrics] extra (prometheus_client) and refuses to "
         "import without it; only --metrics-port / METRICS_PORT asks for it"

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import jsonschema
@@ -25,7 +25,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse, UnreadablePostE
 
 from django_tasks_coord import definitions, tracing, validation
 from django_tasks_coord.api import auth, openapi
-from django_tasks_coord.api.longpoll import run_db
+from django_tasks_coord.api.threads import run_db
 from django_tasks_coord.exceptions import (
     ExecutionConflictError,
     InvalidArgumentError,
@@ -94,8 +94,8 @@ def as_api_error(exc: Exception) -> ApiError:
 def authorize(request: HttpRequest, spec: openapi.Operation) -> Any:
     """The user of the request's bearer token (401), if it has the operation's permission (403)."""
     definitions.prepare()
-    user = auth.authenticate(request.headers.get("Authorization"))
-    if not any(user.has_perm(permission) for permission in spec.permissions):
+    user, allowed = auth.authorized(request.headers.get("Authorization"), spec.permissions)
+    if not allowed:
         raise ApiError(
             403,
             "permission_denied",
@@ -200,9 +200,21 @@ def _body(request: HttpRequest, spec: openapi.Operation, raw: bytes) -> dict[str
             path,
         )
     assert isinstance(data, dict)
-    for name, value in data.items():  # too deep, NUL, lone surrogates: what cannot be stored
-        validation.check_json(value, f"/{name}", pointer=f"/{name}")
+    for pointer, value in _values(spec, data):  # too deep, NUL, lone surrogates: unstorable
+        validation.check_json(value, pointer, pointer=pointer)
     return data
+
+
+def _values(spec: openapi.Operation, data: dict[str, Any]) -> Iterator[tuple[str, Any]]:
+    """The values of a body that are stored, by JSON Pointer: the body's own, or in a batch
+    completion those of each report."""
+    if spec.request == "CompleteRequest":
+        for index, report in enumerate(data["tasks"]):
+            for name, value in report.items():
+                yield f"/tasks/{index}/{name}", value
+        return
+    for name, value in data.items():
+        yield f"/{name}", value
 
 
 def _task_id(kwargs: dict[str, Any]) -> None:
@@ -233,12 +245,28 @@ def _checked(
     return user, _body(request, spec, raw)
 
 
-def operation(operation_id: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def _checked_first(
+    request: HttpRequest,
+    spec: openapi.Operation,
+    kwargs: dict[str, Any],
+    first: Callable[[HttpRequest, Any, dict[str, Any]], Any] | None,
+) -> tuple[Any, dict[str, Any], Any]:
+    """:func:`_checked`, then ``first`` (see :func:`operation`)."""
+    user, body = _checked(request, spec, kwargs)
+    return user, body, None if first is None else first(request, user, body)
+
+
+def operation(
+    operation_id: str, *, first: Callable[[HttpRequest, Any, dict[str, Any]], Any] | None = None
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register a view for the operation ``operation_id``.
 
     The view receives ``(request, user, body, **url_kwargs)`` and returns a JSON-able
     value (status 200, or the operation's 201) or an ``HttpResponse``. A coroutine view
-    stays a coroutine: authentication and body checks then run in the thread pool.
+    stays a coroutine: authentication and body checks then run in one of the API's
+    database threads, and so does ``first(request, user, body)`` right after them, if
+    given, whose result the view receives as ``first=`` (a long-poll's first attempt to
+    claim: one trip to a database thread, not two, when work is ready).
     """
     spec = openapi.BY_ID[operation_id]
     status = 201 if 201 in spec.responses else 200
@@ -254,7 +282,9 @@ def operation(operation_id: str) -> Callable[[Callable[..., Any]], Callable[...,
             @functools.wraps(view)
             async def async_wrapper(request: HttpRequest, **kwargs: Any) -> HttpResponse:
                 try:
-                    user, body = await run_db(_checked, request, spec, kwargs)
+                    user, body, done = await run_db(_checked_first, request, spec, kwargs, first)
+                    if first is not None:
+                        kwargs["first"] = done
                     return respond(await view(request, user, body, **kwargs))
                 except Exception as exc:  # noqa: BLE001 - mapped or re-raised
                     return as_api_error(exc).response()

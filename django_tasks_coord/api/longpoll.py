@@ -1,9 +1,10 @@
 """Long-polls that cost neither a thread nor a database connection while they wait.
 
 A waiting long-poll is a coroutine parked on an :class:`asyncio.Event`. Each check for
-work runs in the event loop's shared thread pool and closes its database connection
-before it returns, so a thousand waiting executors hold a thousand small coroutines,
-not a thousand threads or connections (deploy under ASGI; see docs/executors.md).
+work runs in one of the API's few database threads (:mod:`~django_tasks_coord.api.threads`),
+which keep their connections by the ``DATABASES`` settings, so a thousand waiting executors
+hold a thousand small coroutines, not a thousand threads or connections (deploy under
+ASGI; see docs/executors.md).
 
 What wakes a waiting long-poll:
 
@@ -28,30 +29,17 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from asgiref.sync import sync_to_async
-from django.db import connections
+from django.db import DatabaseError
 
 from django_tasks_coord import db, executions
+from django_tasks_coord.api.threads import run_db
 from django_tasks_coord.conf import app_settings
 from django_tasks_coord.models import Task
-from django_tasks_coord.store import handout
 
 #: With LISTEN up, a waiting long-poll still checks this often (belt and braces).
 SAFETY_INTERVAL = 10.0
 #: Seconds the LISTEN connection stays open after its last waiter left.
 LINGER = 30.0
-
-
-async def run_db[T](func: Callable[..., T], *args: Any) -> T:
-    """Run ``func(*args)`` in the shared thread pool and close its database connections after."""
-
-    def run() -> T:
-        try:
-            return func(*args)
-        finally:
-            connections.close_all()
-
-    return await sync_to_async(run, thread_sensitive=False)()
 
 
 class _Hub:
@@ -116,6 +104,9 @@ class _Hub:
                 return
 
 
+#: An attempt to claim: the tasks it got, and when the next waiting task falls due.
+Attempt = tuple[list[Task], datetime | None]
+
 _hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Hub] = weakref.WeakKeyDictionary()
 
 
@@ -128,20 +119,37 @@ def _hub() -> _Hub:
 
 
 def _check(
-    names: Sequence[str], limit: int, authorize: Callable[[], object] | None
-) -> tuple[list[Task], datetime | None]:
-    if authorize is not None:
-        authorize()  # raises if the token was revoked meanwhile: it claims nothing then
-    tasks = executions.poll(names, limit)
-    if tasks and authorize is not None:
-        # Revoked between the check and the claim: the tasks may have been created after
-        # the revocation, so they go back unstarted and the error propagates.
+    names: Sequence[str],
+    limit: int,
+    authorize: Callable[[], object] | None,
+    start: bool = False,
+    wait: bool = True,
+) -> Attempt:
+    """One attempt to claim: the tasks, and (when none came and ``wait``) when the next
+    waiting one falls due."""
+    if authorize is None:
+        tasks = executions.poll(names, limit, start=start)
+    else:
         try:
-            authorize()
-        except BaseException:
-            handout.give_back(tasks)
+            with db.write_transaction():
+                authorize()  # raises if the token was revoked meanwhile: it claims nothing
+                tasks = executions.poll(names, limit, start=start)
+                if tasks:
+                    # Revoked between the check and the claim: the tasks may have been
+                    # created after the revocation, so the claim is rolled back.
+                    authorize()
+        except Exception as exc:
+            if not isinstance(exc, DatabaseError):
+                for name in names:  # pollers that skipped the rows this claim held
+                    db.notify(db.connection(), name)
             raise
-    return tasks, (None if tasks else executions.next_due(names))
+    return tasks, (executions.next_due(names) if wait and not tasks else None)
+
+
+def first_attempt(names: Sequence[str], limit: int, timeout: float, start: bool) -> Attempt:
+    """A long-poll's first attempt to claim, made by the caller right after it checked the
+    token (pass it to :func:`long_poll` as ``first``)."""
+    return _check(names, limit, None, start, wait=False)
 
 
 async def long_poll(
@@ -150,25 +158,37 @@ async def long_poll(
     timeout: float,
     *,
     authorize: Callable[[], object] | None = None,
+    start: bool = False,
+    first: Attempt | None = None,
 ) -> list[Task]:
     """Poll the definitions ``names`` until tasks come or ``timeout`` seconds passed.
 
-    ``timeout`` is capped by ``LONG_POLL_MAX_TIMEOUT``. Returns the tasks handed out
-    (REQUESTED, with their exec_ids), or ``[]`` after the timeout. ``authorize`` runs
-    (in the database thread) before each attempt to claim and again once a claim got
-    tasks; what it raises ends the wait and propagates, and tasks claimed meanwhile go
-    back unstarted (:func:`django_tasks_coord.store.handout.give_back`).
+    ``timeout`` is capped by ``LONG_POLL_MAX_TIMEOUT`` (0: one attempt, no wait). Returns
+    the tasks handed out (REQUESTED, with their exec_ids; with ``start``, IN PROGRESS), or
+    ``[]`` after the timeout. ``first`` is an attempt the caller made already
+    (:func:`first_attempt`): its tasks are returned at once; if it got none, the wait
+    begins with another attempt (a task created between the two is not missed).
+    ``authorize`` runs (in the database thread) before each attempt after a wait (the
+    caller checked before the first ones), and again once such an attempt got tasks, in the
+    claim's transaction: what it raises ends the wait and propagates, and the claim is
+    rolled back.
     """
+    if first is None:
+        first = await run_db(_check, names, limit, None, start, False)
+    if first[0] or timeout <= 0:
+        return first[0]
     loop = asyncio.get_running_loop()
     end = loop.time() + min(timeout, float(app_settings.LONG_POLL_MAX_TIMEOUT))
     interval = float(app_settings.LONG_POLL_INTERVAL)
     hub = _hub()
     event = hub.subscribe(names)
+    check: Callable[[], object] | None = None  # no wait since the caller's check
     try:
         while True:
             event.clear()  # before the check: a NOTIFY during it is not lost
             notified = hub.listening
-            tasks, due = await run_db(_check, names, limit, authorize)
+            tasks, due = await run_db(_check, names, limit, check, start)
+            check = authorize
             remaining = end - loop.time()
             if tasks or remaining <= 0:
                 return tasks

@@ -14,7 +14,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django_tasks_coord import __version__
-from django_tasks_coord.api.schemas import MAX_PAGE, MAX_POLL, MAX_TIMEOUT, NAME, SCHEMAS
+from django_tasks_coord.api.schemas import (
+    MAX_BATCH,
+    MAX_PAGE,
+    MAX_POLL,
+    MAX_TIMEOUT,
+    NAME,
+    SCHEMAS,
+)
 
 EXECUTE = "django_tasks_coord.execute_tasks"
 SUBMIT = "django_tasks_coord.submit_tasks"
@@ -22,6 +29,7 @@ SUBMIT = "django_tasks_coord.submit_tasks"
 __all__ = [
     "BY_ID",
     "EXECUTE",
+    "MAX_BATCH",
     "MAX_PAGE",
     "MAX_POLL",
     "MAX_TIMEOUT",
@@ -91,6 +99,24 @@ def _task_link(operation_id: str, task: str, *, exec_id: bool = True) -> dict[st
 #: schemathesis' stateful run follow).
 _HANDED_OUT = {200: {"start": _task_link("start", "/tasks/0")}}
 _IN_PROGRESS = {200: {name: _task_link(name, "") for name in ("notify", "success", "fail")}}
+#: What a claimed task goes on to: the single calls, or a batch completion.
+_CLAIMED = {
+    200: {
+        **{name: _task_link(name, "/tasks/0") for name in ("notify", "success", "fail")},
+        "complete": {
+            "operationId": "complete",
+            "requestBody": {
+                "tasks": [
+                    {
+                        "id": "$response.body#/tasks/0/id",
+                        "exec_id": "$response.body#/tasks/0/exec_id",
+                        "outcome": "succeeded",
+                    }
+                ]
+            },
+        },
+    }
+}
 
 OPERATIONS: tuple[Operation, ...] = (
     Operation(
@@ -118,6 +144,22 @@ OPERATIONS: tuple[Operation, ...] = (
         | _DEFINITION,
         request="LongPollRequest",
         links=_HANDED_OUT,
+    ),
+    Operation(
+        "claim",
+        "post",
+        "/claim",
+        "Hand out and start ready tasks of the given definitions, in one call.",
+        (EXECUTE,),
+        {200: ("The tasks claimed, each in progress with its exec_id; possibly none.", "Tasks")}
+        | _BODY
+        | _AUTH
+        | _DEFINITION,
+        request="ClaimRequest",
+        description="Poll and start in one call: up to `limit` tasks, each in progress "
+        "(its attempt begun, its deadline the in-progress timeout) under a fresh exec_id. "
+        "With `timeout`, it waits for work like a long-poll.",
+        links=_CLAIMED,
     ),
     Operation(
         "start",
@@ -166,6 +208,24 @@ OPERATIONS: tuple[Operation, ...] = (
         | _CONFLICT
         | {422: ("The error does not match the error schema.", "Error")},
         request="FailRequest",
+    ),
+    Operation(
+        "complete",
+        "post",
+        "/complete",
+        "Report the outcomes of many executions in one call.",
+        (EXECUTE,),
+        {200: ("One result per report, in order: accepted, or refused and why.", "Completions")}
+        | _BODY
+        | _AUTH,
+        request="CompleteRequest",
+        description=f"Up to {MAX_BATCH} reports, each a success (with its result) or a "
+        "failure (with its error, retried while retries remain unless `retry` is false), "
+        "checked like the single calls and accepted or refused on its own: a stale "
+        "exec_id, a task that is done or a result that violates its schema refuses that "
+        "report only (`ok` false, with the error the single call would answer), and "
+        "changes nothing for it. A body that is not valid as a whole (400, 413, 415) "
+        "changes nothing at all.",
     ),
     Operation(
         "create",

@@ -10,17 +10,33 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["DATETIME", "MAX_PAGE", "MAX_POLL", "MAX_TIMEOUT", "NAME", "SCHEMAS", "UUID"]
+__all__ = [
+    "DATETIME",
+    "MAX_BATCH",
+    "MAX_PAGE",
+    "MAX_POLL",
+    "MAX_TASK_ID",
+    "MAX_TIMEOUT",
+    "NAME",
+    "SCHEMAS",
+    "UUID",
+]
 
-#: The most tasks one poll hands out, and the largest page of a list.
+#: The most tasks one poll or claim hands out, the most reports one batch completion holds,
+#: and the largest page of a list.
 MAX_POLL = 100
+MAX_BATCH = 100
 MAX_PAGE = 500
+#: Task ids are 64-bit signed integers.
+MAX_TASK_ID = 2**63 - 1
 #: The longest wait a long-poll may ask for (the server also caps it at LONG_POLL_MAX_TIMEOUT).
 MAX_TIMEOUT = 3600
 
 UUID = {"type": "string", "format": "uuid"}
+TASK_ID = {"type": "integer", "minimum": 0, "maximum": MAX_TASK_ID}
 DATETIME = {"type": ["string", "null"], "format": "date-time"}
 NAME = {"type": "string", "minLength": 1, "maxLength": 100}
+DEFINITIONS = {"type": "array", "items": NAME, "minItems": 1, "maxItems": 100}
 
 SCHEMAS: dict[str, dict[str, Any]] = {
     "Error": {
@@ -171,7 +187,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "PollRequest": {
         "type": "object",
         "properties": {
-            "definitions": {"type": "array", "items": NAME, "minItems": 1, "maxItems": 100},
+            "definitions": DEFINITIONS,
             "limit": {"type": "integer", "minimum": 1, "maximum": MAX_POLL, "default": 1},
         },
         "required": ["definitions"],
@@ -180,7 +196,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "LongPollRequest": {
         "type": "object",
         "properties": {
-            "definitions": {"type": "array", "items": NAME, "minItems": 1, "maxItems": 100},
+            "definitions": DEFINITIONS,
             "limit": {"type": "integer", "minimum": 1, "maximum": MAX_POLL, "default": 1},
             "timeout": {
                 "type": "number",
@@ -193,6 +209,102 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         },
         "required": ["definitions"],
         "additionalProperties": False,
+    },
+    "ClaimRequest": {
+        "type": "object",
+        "properties": {
+            "definitions": DEFINITIONS,
+            "limit": {"type": "integer", "minimum": 1, "maximum": MAX_POLL, "default": 1},
+            "timeout": {
+                "type": "number",
+                "minimum": 0,
+                "maximum": MAX_TIMEOUT,
+                "default": 0,
+                "description": "Seconds to wait for work, as a long-poll (capped by the "
+                "server's LONG_POLL_MAX_TIMEOUT setting); 0: answer at once.",
+            },
+        },
+        "required": ["definitions"],
+        "additionalProperties": False,
+    },
+    "Report": {
+        "type": "object",
+        "description": "The outcome of one execution: a success with its result, or a failure "
+        "with its error (retried while retries remain, unless `retry` is false).",
+        "properties": {
+            "id": TASK_ID,
+            "exec_id": UUID,
+            "outcome": {"enum": ["succeeded", "failed"]},
+            "result": {"description": "A success's result, checked by the result schema."},
+            "error": {
+                "description": "A failure's error, checked by the error schema; omitted: "
+                "unknown_error."
+            },
+            "retry": {
+                "type": "boolean",
+                "default": True,
+                "description": "A failure's: false fails for good even if retries remain.",
+            },
+        },
+        "required": ["id", "exec_id", "outcome"],
+        "additionalProperties": False,
+        # A success has no error and no retry; a failure has no result.
+        "if": {"properties": {"outcome": {"const": "succeeded"}}},
+        "then": {"propertyNames": {"enum": ["id", "exec_id", "outcome", "result"]}},
+        "else": {"propertyNames": {"enum": ["id", "exec_id", "outcome", "error", "retry"]}},
+    },
+    "CompleteRequest": {
+        "type": "object",
+        "properties": {
+            "tasks": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": MAX_BATCH,
+                "items": {"$ref": "#/components/schemas/Report"},
+            }
+        },
+        "required": ["tasks"],
+        "additionalProperties": False,
+    },
+    "Completions": {
+        "type": "object",
+        "properties": {
+            "results": {
+                "type": "array",
+                "description": "One per report, in the order of the request.",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "id": {"type": "integer"},
+                        "ok": {
+                            "type": "boolean",
+                            "description": "Whether the report was accepted; if not, "
+                            "nothing changed for that task.",
+                        },
+                        "status": {
+                            "type": "string",
+                            "enum": ["waiting", "done"],
+                            "description": "Accepted: the task's status now (waiting: "
+                            "for its retry).",
+                        },
+                        "outcome": {
+                            "type": ["string", "null"],
+                            "enum": ["succeeded", "failed", None],
+                            "description": "Accepted: the task's outcome, null while it "
+                            "waits for its retry.",
+                        },
+                        "error": {
+                            "description": "Refused: why, as the single call would answer "
+                            "(code not_found, stale_exec_id, wrong_state, task_done, "
+                            "schema_violation or invalid_request).",
+                            "$ref": "#/components/schemas/Error/properties/error",
+                        },
+                    },
+                    "required": ["id", "ok"],
+                },
+            }
+        },
+        "required": ["results"],
     },
     "ExecRequest": {
         "type": "object",

@@ -20,11 +20,12 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from django_tasks_coord import definitions, executions
+from django_tasks_coord import definitions, execution_batches, executions
 from django_tasks_coord.api import openapi
 from django_tasks_coord.api.handling import (
     VIEWS,
     ApiError,
+    as_api_error,
     authorize,
     is_coroutine,
     no_such_endpoint,
@@ -32,7 +33,7 @@ from django_tasks_coord.api.handling import (
     too_large,
     without_body_for_head,
 )
-from django_tasks_coord.api.longpoll import long_poll
+from django_tasks_coord.api.longpoll import first_attempt, long_poll
 from django_tasks_coord.exceptions import InvalidArgumentError
 from django_tasks_coord.models import Task
 
@@ -102,17 +103,79 @@ def poll(request: HttpRequest, user: Any, body: dict[str, Any]) -> Any:
     return _tasks(executions.poll(body["definitions"], _int(body, "limit", 1)))
 
 
-@operation("longPoll")
-async def long_poll_view(request: HttpRequest, user: Any, body: dict[str, Any]) -> Any:
+def _first_attempt(start: bool, timeout: float) -> Any:
+    """The first attempt to claim of a long-poll or claim, made with its checks."""
+
+    def attempt(request: HttpRequest, user: Any, body: dict[str, Any]) -> Any:
+        limit, wait = _int(body, "limit", 1), body.get("timeout", timeout)
+        return first_attempt(body["definitions"], limit, wait, start)
+
+    return attempt
+
+
+@operation("longPoll", first=_first_attempt(start=False, timeout=30))
+async def long_poll_view(request: HttpRequest, user: Any, body: dict[str, Any], first: Any) -> Any:
     # The token may be revoked (or the permission withdrawn) while the poll waits: each claim
-    # checks them again first, so that no task goes to a token that is no longer valid.
+    # after a wait checks them again first, so that no task goes to a token no longer valid.
     tasks = await long_poll(
         body["definitions"],
         _int(body, "limit", 1),
         body.get("timeout", 30),
         authorize=functools.partial(authorize, request, openapi.BY_ID["longPoll"]),
+        first=first,
     )
     return _tasks(tasks)
+
+
+@operation("claim", first=_first_attempt(start=True, timeout=0))
+async def claim(request: HttpRequest, user: Any, body: dict[str, Any], first: Any) -> Any:
+    tasks = await long_poll(
+        body["definitions"],
+        _int(body, "limit", 1),
+        body.get("timeout", 0),
+        authorize=functools.partial(authorize, request, openapi.BY_ID["claim"]),
+        start=True,
+        first=first,
+    )
+    return _tasks(tasks)
+
+
+@operation("complete")
+def complete(request: HttpRequest, user: Any, body: dict[str, Any]) -> Any:
+    reports = [
+        execution_batches.Report(
+            item["id"],
+            _exec_id(item),
+            succeeded=item["outcome"] == "succeeded",
+            result=item.get("result"),
+            error=item.get("error"),
+            retry=item.get("retry", True),
+        )
+        for item in body["tasks"]
+    ]
+    now = executions.clock()
+    completions = execution_batches.complete(reports, now=now)
+    return {"results": [_completion_json(i, c, now) for i, c in enumerate(completions)]}
+
+
+def _completion_json(
+    index: int, completion: execution_batches.Completion, now: datetime
+) -> dict[str, Any]:
+    """One result of a batch completion: the task's new status, or the error of the report."""
+    if completion.task is not None:
+        status, outcome = executions.status(completion.task, now)
+        return {
+            "id": completion.report.task_id,
+            "ok": True,
+            "status": status.value,
+            "outcome": outcome.value if outcome else None,
+        }
+    assert completion.error is not None
+    error = as_api_error(completion.error)
+    detail = {"code": error.code, "message": error.message}
+    if error.path is not None:  # a pointer into the report's values
+        detail["path"] = f"/tasks/{index}{error.path}"
+    return {"id": completion.report.task_id, "ok": False, "error": detail}
 
 
 def _int(body: dict[str, Any], key: str, default: int) -> int:

@@ -194,6 +194,14 @@ def uses_virtual_columns(conn: BaseDatabaseWrapper) -> bool:
     return conn.vendor == _MYSQL
 
 
+def hands_out_in_one_statement(conn: BaseDatabaseWrapper) -> bool:
+    """Whether the executor API's claim can be one statement: ``UPDATE ... FROM (SELECT ...
+    FOR UPDATE SKIP LOCKED) RETURNING``, each row's ``exec_id`` (``gen_random_uuid()``) and
+    attempt log entry (``jsonb``) made by the database (PostgreSQL). Elsewhere it is a
+    transaction of a locking ``SELECT`` and an ``UPDATE``."""
+    return conn.vendor == _POSTGRESQL
+
+
 def topic_in_key_lookups(conn: BaseDatabaseWrapper) -> bool:
     """Whether a lookup of tasks by key should name their topics too.
 

@@ -1,11 +1,15 @@
-"""End to end: a live ASGI server (uvicorn, long-polls served by serve_long_polls) and a runscheduler node on the test database, an
-executor written without Django in another process, and 50 long-polls waiting at once."""
+"""End to end: a live ASGI server (uvicorn serving the API with serve_api and persistent
+connections, as documented; some tests also the deployment before it, serve_long_polls) and a
+runscheduler node on the test database, executors written without Django in other processes
+(Python, and the Node.js and curl snippets of docs/executors.md), and 50 long-polls waiting at
+once."""
 
 from __future__ import annotations
 
 import http.client
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -45,21 +49,29 @@ def call(base: str, token: str, method: str, path: str, body: object = None) -> 
         return error.code, json.loads(error.read())
 
 
+#: The ASGI applications of tests.api.asgi, and the CONN_MAX_AGE each is served with.
+DEPLOYMENTS = {"application": "60", "long_polls_application": "0"}
+BOTH = pytest.mark.parametrize("server", list(DEPLOYMENTS), indirect=True)
+
+
 @pytest.fixture
-def server(transactional_db) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    """uvicorn serving tests.api.asgi on a free port; yields its base URL and process."""
+def server(request, transactional_db) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """uvicorn serving tests.api.asgi (``application`` unless the test asks for another) on a
+    free port; yields its base URL and process."""
+    app = getattr(request, "param", "application")
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     proc = start(
         "uvicorn",
-        "tests.api.asgi:application",
+        f"tests.api.asgi:{app}",
         "--host=127.0.0.1",
         f"--port={port}",
         "--lifespan=off",
         "--no-access-log",
         "--log-level=warning",
         DJANGO_SETTINGS_MODULE="tests.api.server_settings",
+        API_SERVER_CONN_MAX_AGE=DEPLOYMENTS[app],
     )
     base = f"http://127.0.0.1:{port}/tasks"
 
@@ -128,6 +140,7 @@ def test_an_executor_without_django_runs_tasks_through_a_live_server(server):
     assert abandoned.attempts == 1  # handed out twice, started once: the reaper freed it
 
 
+@BOTH
 def test_the_long_poll_route_answers_like_the_rest_of_the_api(server):
     base, _ = server
     _, execute = make_user("runner", "execute_tasks")
@@ -183,7 +196,7 @@ def test_50_long_polls_wait_at_once_without_a_connection_each(server):
     assert len(results) == waiters
     assert all(body["tasks"] == [] for _, body in results)
     assert elapsed < 10, elapsed  # not 2 s per batch of a thread pool: see the thread count
-    # serve_long_polls: the waiting requests hold no thread (uvicorn's and the check pool's only)
+    # serve_api: the waiting requests hold no thread (uvicorn's and the database threads only)
     assert during["server_threads"] < 20, during
     if "other_connections" in during:
         assert during["other_connections"] <= 10, during  # the LISTEN one and a few checks
@@ -251,6 +264,7 @@ def json_error(answer: tuple[int, dict[str, str], bytes], status: int, code: str
 BIG = 2621440 + 1  # one byte over Django's default DATA_UPLOAD_MAX_MEMORY_SIZE
 
 
+@BOTH
 def test_hostile_bodies_get_json_4xx_from_the_live_server(server):
     base, _ = server
     _, submit = make_user("alice", "submit_tasks")
@@ -269,13 +283,14 @@ def test_hostile_bodies_get_json_4xx_from_the_live_server(server):
         send(base, execute, "POST", "long-poll", b"[" * 3000 + b"]" * 3000), 400, "invalid_json"
     )
     plain = b'{"definitions": ["e2e/sum"], "timeout": 0}'
-    for path in ("poll", "long-poll"):
+    for path in ("poll", "long-poll", "claim", "complete"):
         answer = send(base, execute, "POST", path, plain, content_type="text/plain")
         json_error(answer, 415, "unsupported_media_type")
     assert not Task.objects.exists()
 
 
-@pytest.mark.parametrize("path", ["", "poll", "long-poll"])
+@BOTH
+@pytest.mark.parametrize("path", ["", "poll", "long-poll", "claim", "complete"])
 @pytest.mark.parametrize("framing", ["content-length", "chunked"])
 def test_a_body_over_the_size_limit_is_a_json_413_from_the_live_server(server, path, framing):
     base, _ = server
@@ -291,6 +306,7 @@ def test_a_body_over_the_size_limit_is_a_json_413_from_the_live_server(server, p
     assert not Task.objects.exists()
 
 
+@BOTH
 @pytest.mark.parametrize("framing", ["content-length", "chunked"])
 def test_a_long_poll_reads_a_valid_body_over_64_kib_whole(server, framing):
     base, _ = server
@@ -306,6 +322,7 @@ def test_a_long_poll_reads_a_valid_body_over_64_kib_whole(server, framing):
     assert [task["id"] for task in json.loads(content)["tasks"]] == [created[1]["id"]]
 
 
+@BOTH
 def test_head_answers_like_get_from_the_live_server(server):
     base, _ = server
     _, token = make_user("alice", "submit_tasks")
@@ -319,3 +336,78 @@ def test_head_answers_like_get_from_the_live_server(server):
         assert int(headers["content-length"]) == len(got), path
     status, headers, _ = send(base, token, "HEAD", "long-poll", content_type=None)
     assert (status, headers["allow"]) == (405, "POST")
+
+
+# --- the executors of docs/executors.md ----------------------------------------------------------
+
+DOCS = ROOT / "docs" / "executors.md"
+
+
+def snippet(after: str, language: str) -> str:
+    """The first ``language`` code block of docs/executors.md after the line ``after``."""
+    text = DOCS.read_text()
+    rest = text[text.index(after) :]
+    begin = rest.index(f"```{language}\n") + len(language) + 4
+    return rest[begin : rest.index("```", begin)]
+
+
+def all_succeeded(ids: list[int]) -> bool:
+    """every task succeeded"""
+    return Task.objects.filter(pk__in=ids, state=TaskState.SUCCEEDED).count() == len(ids)
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")
+def test_the_documented_node_executor_runs_tasks_in_batches(server, tmp_path):
+    base, _ = server
+    _, submit = make_user("alice", "submit_tasks")
+    _, execute = make_user("runner", "execute_tasks")
+    code = snippet("### In batches", "js").replace('"billing/send-invoice"', '"e2e/sum"')
+    script = tmp_path / "executor.mjs"
+    script.write_text("const sendInvoice = async ({ a, b }) => ({ sum: a + b });\n" + code)
+    ids = []
+    for n in range(30):
+        status, body = call(
+            base, submit, "POST", "", {"definition": "e2e/sum", "params": {"a": n, "b": 1}}
+        )
+        assert status == 201, body
+        ids.append(body["id"])
+    node = subprocess.Popen(
+        ["node", str(script)],
+        env={"PATH": os.environ.get("PATH", ""), "TASKS_URL": base, "TASKS_TOKEN": execute},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(lambda: all_succeeded(ids) or node.poll() is not None, timeout=60)
+    finally:
+        _, err = reap(node, signal.SIGTERM)
+    assert all_succeeded(ids), err
+    assert {task.result["sum"] - task.payload["a"] for task in Task.objects.filter(pk__in=ids)} == {
+        1
+    }
+    assert not err
+
+
+@pytest.mark.skipif(not (shutil.which("curl") and shutil.which("jq")), reason="needs curl, jq")
+@pytest.mark.parametrize(
+    ("after", "tasks"), [("Or with curl and", 1), ("With curl and jq, one", 3)]
+)
+def test_the_documented_curl_rounds_run_tasks(server, after, tasks):
+    base, _ = server
+    _, submit = make_user("alice", "submit_tasks")
+    _, execute = make_user("runner", "execute_tasks")
+    script = snippet(after, "sh").replace('"billing/send-invoice"', '"test/basic"')
+    ids = [
+        call(base, submit, "POST", "", {"definition": "test/basic"})[1]["id"] for _ in range(tasks)
+    ]
+    out = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        env={"PATH": os.environ.get("PATH", ""), "BASE": base, "TOKEN": execute},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert all_succeeded(ids)
+    assert {task.result["ok"] for task in Task.objects.filter(pk__in=ids)} == {True}

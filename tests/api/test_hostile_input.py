@@ -191,11 +191,68 @@ def test_values_as_deep_as_the_limit_are_stored_validated_and_returned(submitter
     assert submitter.ok("GET", str(task["id"]))["params"] == deepest
 
 
+# --- batch completions: each report's values are checked where they are ----------------------
+
+
+def claimed(definition: str = "test/basic", count: int = 1) -> list[Task]:
+    for _ in range(count):
+        executions.create(definition)
+    return executions.poll([definition], count, start=True)
+
+
+REPORTS = (
+    '{{"tasks": [{{"id": {}, "exec_id": "{}", "outcome": "succeeded", "result": [1]}}, '
+    '{{"id": {}, "exec_id": "{}", "outcome": "failed", "error": {{"a": [0, "{}"]}}}}]}}'
+)
+
+
+@pytest.mark.parametrize("escape", [r"\ud800", r"\u0000"])
+def test_a_lone_surrogate_or_nul_in_a_batch_is_400_with_its_path_and_changes_nothing(
+    executor, escape
+):
+    ok, bad = claimed(count=2)
+    before = [snapshot(ok.pk), snapshot(bad.pk)]
+    body = REPORTS.format(ok.pk, ok.exec_id, bad.pk, bad.exec_id, escape)
+    found = error(raw(executor, "complete", body), 400, "invalid_request")
+    assert found["path"] == "/tasks/1/error/a/1"
+    assert [snapshot(ok.pk), snapshot(bad.pk)] == before
+
+
+def test_results_as_deep_as_the_limit_are_accepted_in_a_batch_and_deeper_ones_refused(executor):
+    """The limit applies to each report's result, not to the body around it."""
+    definitions.define("test/deep-batch")
+    first, second = claimed("test/deep-batch", 2)
+    deepest = json.loads(nested(validation.MAX_JSON_DEPTH))
+    report = {"id": first.pk, "exec_id": str(first.exec_id), "outcome": "succeeded"}
+    too_deep = {
+        "id": second.pk,
+        "exec_id": str(second.exec_id),
+        "outcome": "succeeded",
+        "result": [deepest],
+    }
+    found = error(
+        raw(executor, "complete", json.dumps({"tasks": [report, too_deep]})), 400, "invalid_request"
+    )
+    assert found["path"] == "/tasks/1/result" + "/0" * validation.MAX_JSON_DEPTH
+    (result,) = executor.ok("POST", "complete", {"tasks": [{**report, "result": deepest}]})[
+        "results"
+    ]
+    assert result["ok"], result
+    assert Task.objects.get(pk=first.pk).result == deepest
+
+
+def test_3000_levels_of_nesting_in_a_batch_are_400(executor):
+    (task,) = claimed()
+    before = snapshot(task.pk)
+    error(raw(executor, "complete", '{"tasks": ' + nested(3000) + "}"), 400, "invalid_json")
+    assert snapshot(task.pk) == before
+
+
 # --- size and media type ----------------------------------------------------------------------
 
 
 @override_settings(DATA_UPLOAD_MAX_MEMORY_SIZE=1000)
-@pytest.mark.parametrize("path", ["", "poll", "long-poll"])
+@pytest.mark.parametrize("path", ["", "poll", "long-poll", "claim", "complete"])
 def test_a_body_over_the_size_limit_is_a_json_413(submitter, path):
     body = json.dumps({"definition": "test/basic", "params": "x" * 1000})
     found = error(raw(submitter, path, body), 413, "body_too_large")
