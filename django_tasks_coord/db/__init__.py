@@ -9,7 +9,8 @@ migration that adds MySQL's virtual column). Each helper says why it exists.
 - :mod:`.vendor`: capabilities and quirks: row estimates, lock windows, ``LISTEN``
   support, SQLite's single write lock, MySQL's virtual columns, partitioning.
 - :mod:`.reconnect`: recognizing a lost connection; the back-off every loop uses.
-- :mod:`.notifications`: ``NOTIFY`` (PostgreSQL), this process's listeners elsewhere.
+- :mod:`.notifications`: wake-ups after the commit: ``NOTIFY`` (PostgreSQL), this
+  process's listeners elsewhere.
 - :mod:`.listen`: the one LISTEN connection policy of the node and the long-polls.
 - :mod:`.indexes`: :class:`PartialStateIndex` (``PendingIndex`` in old migrations).
 
@@ -23,8 +24,11 @@ from django_tasks_coord.db.listen import Listening, listen_params
 from django_tasks_coord.db.notifications import (
     NOTIFY_CHANNEL,
     add_local_listener,
+    announce,
     notify,
     remove_local_listener,
+    wake,
+    wakes_by_notify,
 )
 from django_tasks_coord.db.reconnect import (
     RECONNECT_DELAY,
@@ -44,6 +48,7 @@ from django_tasks_coord.db.transactions import (
     write_transaction,
 )
 from django_tasks_coord.db.vendor import (
+    checks_topic_in_insert,
     has_notify,
     has_row_estimates,
     locks_whole_database,
@@ -69,6 +74,8 @@ __all__ = [
     "add_local_listener",
     "ago",
     "alias",
+    "announce",
+    "checks_topic_in_insert",
     "connection",
     "connection_lost",
     "has_notify",
@@ -89,5 +96,7 @@ __all__ = [
     "table_rows",
     "topic_in_key_lookups",
     "uses_virtual_columns",
+    "wake",
+    "wakes_by_notify",
     "write_transaction",
 ]

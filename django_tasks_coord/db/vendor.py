@@ -81,6 +81,19 @@ def has_notify(conn: BaseDatabaseWrapper) -> bool:
     return conn.vendor == _POSTGRESQL
 
 
+def checks_topic_in_insert(conn: BaseDatabaseWrapper) -> bool:
+    """Whether an insert into a caller's transaction checks its topic in the same statement.
+
+    PostgreSQL: the ``INSERT ... RETURNING`` inside a ``WITH`` whose ``SELECT`` also
+    reads whether the topic exists (``store.insert``). The task table's foreign key to
+    its topic is checked at commit there, and on SQLite, so a topic deleted behind a
+    stale cache would otherwise surface as an ``IntegrityError`` at the caller's commit;
+    SQLite has no data-modifying ``WITH``, so the topic is looked up first there
+    (``topics.adding_tasks``). MySQL/MariaDB check foreign keys per statement.
+    """
+    return conn.vendor == _POSTGRESQL
+
+
 def supports_listen(alias: str) -> bool:
     """Whether a process can ``LISTEN`` for the notifications of the database behind ``alias``.
 
