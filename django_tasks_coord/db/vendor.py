@@ -169,6 +169,15 @@ def supports_partitioning(conn: BaseDatabaseWrapper) -> bool:
     return conn.vendor == _POSTGRESQL
 
 
+def inserts_from_arrays(conn: BaseDatabaseWrapper) -> bool:
+    """Whether many rows can be inserted from one array per column (``UNNEST``, PostgreSQL).
+
+    The task store's bulk appends send the columns that vary from row to row as arrays
+    and the others once, instead of a value per row and column.
+    """
+    return conn.vendor == _POSTGRESQL
+
+
 def uses_virtual_columns(conn: BaseDatabaseWrapper) -> bool:
     """Whether the task table carries generated columns in place of partial indexes.
 

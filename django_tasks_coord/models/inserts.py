@@ -180,6 +180,81 @@ def _statement(
     return InsertStatement(shape.sql, params, batch, conn.alias, shape.converters)
 
 
+def from_arrays(
+    model: type[Task],
+    template: Task,
+    varying: Sequence[str],
+    returning: Sequence[str],
+    using: str,
+) -> tuple[str, list[Any]]:
+    """PostgreSQL: ``INSERT ... SELECT ... FROM UNNEST(...)`` of rows that are all ``template``
+    but for their ``varying`` fields; the SQL (kept per shape) and its shared parameters.
+
+    The caller appends one array per varying field, in that order, to the parameters; the
+    statement returns the ``returning`` fields' raw values, one row per array element, in
+    the arrays' order. The template's shared values are sent once. Columns it leaves to
+    the database (a ``db_default``; NULL in a nullable column) are not written.
+    """
+    conn = connections[using]
+    columns = _columns(model)
+    values = {
+        c.attname: c.field.pre_save(template, True) if c.pre_save else getattr(template, c.attname)
+        for c in columns
+    }
+    written = [
+        c
+        for c in columns
+        if c.attname in varying
+        or not (
+            isinstance(values[c.attname], DatabaseDefault)
+            or (c.null_default and values[c.attname] is None)
+        )
+    ]
+    key = (
+        "arrays",
+        conn.alias,
+        type(conn),
+        tuple(c.attname for c in written),
+        *varying,
+        *returning,
+    )
+    sql = _array_sql.get(key)
+    if sql is None:
+        sql = _array_sql[key] = _unnest_sql(model, conn, written, varying, returning)
+    shared = [
+        _prepared(c.field, values[c.attname], conn) for c in written if c.attname not in varying
+    ]
+    return sql, shared
+
+
+_array_sql: dict[tuple[Any, ...], str] = {}
+
+
+def _unnest_sql(
+    model: type[Task],
+    conn: BaseDatabaseWrapper,
+    written: list[_Column],
+    varying: Sequence[str],
+    returning: Sequence[str],
+) -> str:
+    quote = conn.ops.quote_name
+    opts = model._meta
+    by_name = {c.attname: c.field for c in written}
+    # The array types without their modifiers (varchar, not varchar(255)), as Django's UNNEST.
+    types = [str(by_name[name].db_type(conn)).split("(")[0] for name in varying]
+    arrays = ", ".join(f"%s::{type_}[]" for type_ in types)
+    values = ", ".join(
+        f"arrays.{quote(c.attname)}" if c.attname in varying else "%s" for c in written
+    )
+    columns = ", ".join(quote(str(c.field.column)) for c in written)
+    returned = ", ".join(quote(str(model._meta.get_field(name).column)) for name in returning)  # type: ignore[union-attr]
+    aliases = ", ".join(quote(name) for name in varying)
+    return (
+        f"INSERT INTO {quote(opts.db_table)} ({columns}) SELECT {values} "
+        f"FROM UNNEST({arrays}) AS arrays({aliases}) RETURNING {returned}"
+    )
+
+
 def _prepared(field: Field[Any, Any], value: Any, conn: BaseDatabaseWrapper) -> Any:
     """``value`` as Django's insert compiler sends it (``get_db_prep_save``; None stays None)."""
     return None if value is None else field.get_db_prep_save(value, connection=conn)

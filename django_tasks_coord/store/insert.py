@@ -20,7 +20,10 @@ send), which nothing outside this package calls; this module decides how they tr
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, connections
@@ -30,9 +33,9 @@ from django.utils import timezone
 from django_tasks_coord import db, tracing
 from django_tasks_coord.enums import IN_FLIGHT, Insertion, TaskState
 from django_tasks_coord.models import Task, Topic
-from django_tasks_coord.models.inserts import InsertStatement
+from django_tasks_coord.models.inserts import InsertStatement, from_arrays
 
-__all__ = ["insert", "push"]
+__all__ = ["append", "insert", "push"]
 
 #: Identifiers per statement when an insertion mode changes earlier tasks.
 _CHUNK = 500
@@ -70,6 +73,77 @@ def push(
     with db.write_transaction():
         _apply_insertion(topic, list(identifiers), insertion, using)
         return _write(tasks, using, {topic})
+
+
+def append(
+    topic: str,
+    rows: Sequence[tuple[str, Any]],
+    *,
+    priority: int = 0,
+    execute_at: datetime | None = None,
+    handler: str = "",
+    using: str | None = None,
+) -> list[datetime]:
+    """Append a pending task of ``topic`` per ``(identifier, payload)`` of ``rows``; return
+    their creation times, in order.
+
+    :func:`push` with APPEND for callers that need no ``Task`` objects back (the
+    ``django.tasks`` backend): on PostgreSQL one ``INSERT ... SELECT ... FROM UNNEST``
+    whose shared columns are sent once and whose identifiers, payloads and traceparents
+    as arrays (:func:`~django_tasks_coord.models.inserts.from_arrays`); elsewhere
+    :func:`push`. Announced like it; ``IntegrityError`` if ``topic`` does not exist.
+    """
+    using = using or db.alias()
+    conn = connections[using]
+    if not db.inserts_from_arrays(conn):
+        tasks = [
+            Task(
+                topic_id=topic,
+                identifier=identifier,
+                payload=payload,
+                priority=priority,
+                execute_at=execute_at,
+                handler=handler,
+            )
+            for identifier, payload in rows
+        ]
+        return [task.created_at for task in push(topic, tasks, (), Insertion.APPEND, using=using)]
+    with tracing.producing_rows(topic, len(rows)) as spans:
+        wrapper = type(conn).__module__  # the database's backend, part of the key
+        sql, shared = _append_sql(using, wrapper, topic, priority, execute_at, handler)
+        params = [
+            *shared,
+            [identifier for identifier, _ in rows],
+            [None if payload is None else json.dumps(payload) for _, payload in rows],
+            spans.traceparents,
+        ]
+        found = _rows(conn, sql, params, [topic], key=0)
+        spans.sequences = [row[0] for row in found]
+    db.announce(conn, [topic])
+    return [row[1] for row in found]
+
+
+#: The varying columns of :func:`append`'s rows, and what it reads back.
+_VARYING, _RETURNING = ("identifier", "payload", "traceparent"), ("sequence", "created_at")
+
+
+@functools.lru_cache(maxsize=256)
+def _append_sql(
+    using: str,
+    wrapper: str,
+    topic: str,
+    priority: int,
+    execute_at: datetime | None,
+    handler: str,
+) -> tuple[str, tuple[Any, ...]]:
+    """:func:`append`'s statement and shared parameters for these shared values on the
+    database ``using`` (whose backend module, ``wrapper``, is part of the key): kept, so that enqueues of
+    one task to one queue prepare them once."""
+    template = Task(
+        topic_id=topic, identifier="", priority=priority, execute_at=execute_at, handler=handler
+    )
+    sql, shared = from_arrays(Task, template, _VARYING, _RETURNING, using)
+    return sql, tuple(shared)
 
 
 def _write(tasks: list[Task], using: str, topics: set[str]) -> list[Task]:
