@@ -119,25 +119,29 @@ def topic_name(topic: object, *, cached: bool = True) -> str:
 
 
 def adding_tasks[T](topic: TopicRef, add: Callable[[], T]) -> T:
-    """Call ``add()``, which inserts tasks of ``topic``, in a write transaction; return its result.
+    """Call ``add()``, which inserts tasks of ``topic`` (``store.insert.push``); return its result.
 
     Raises :class:`UnknownTopicError` if the topic is not registered, also when
     :data:`known_topics` still holds it after it was deleted (the tables flushed by a
     test, the topic deleted by another process): the stale entry is healed on this
     call and never surfaces as an ``IntegrityError``. The cache spares the existence
-    query only where a stale entry shows up as an error this call can catch: when it
-    owns the transaction (whose commit checks the deferred foreign key, PostgreSQL and
-    SQLite), or on a database that checks foreign keys per statement (MySQL/MariaDB;
-    the insert is undone to a savepoint). Inside the caller's transaction on
-    PostgreSQL and SQLite, the violation would only show at the caller's commit, so
-    there the topic is looked up in that transaction, before the insert.
+    query wherever the insert itself shows a missing topic as an error this call
+    catches: in autocommit (the insert's own commit checks the foreign key), on
+    PostgreSQL (the insert checks its topic in the same statement,
+    :func:`~django_tasks_coord.db.checks_topic_in_insert`) and on MySQL/MariaDB
+    (foreign keys checked per statement). Inside the caller's transaction on SQLite the
+    violation would only show at the caller's commit, so there the topic is looked up
+    in that transaction, before the insert.
     """
     conn = db.connection()
-    catchable = conn.get_autocommit() or not conn.features.can_defer_constraint_checks
+    catchable = (
+        conn.get_autocommit()
+        or not conn.features.can_defer_constraint_checks
+        or db.checks_topic_in_insert(conn)
+    )
     name = topic_name(topic, cached=catchable)
     try:
-        with db.write_transaction():
-            return add()
+        return add()
     except IntegrityError:
         known_topics.discard(name)
         topic_name(name)  # a deleted topic: UnknownTopicError instead

@@ -53,6 +53,7 @@ __all__ = [
     "context_of",
     "enabled",
     "producing",
+    "producing_rows",
     "valid_traceparent",
 ]
 
@@ -138,6 +139,55 @@ def producing(tasks: Sequence[Task]) -> Iterator[None]:
     for task, span in spans:
         if task.pk is not None:
             span.set_attribute("messaging.message.id", str(task.pk))
+        span.end()
+
+
+class Rows:
+    """What :func:`producing_rows` yields: the traceparents to store with the rows, and
+    (set after the insert) their sequence numbers."""
+
+    def __init__(self, count: int) -> None:
+        self.traceparents: list[str | None] = [None] * count
+        self.sequences: Sequence[int] = ()
+
+
+@contextmanager
+def producing_rows(topic: str, count: int) -> Iterator[Rows]:
+    """:func:`producing` for ``count`` rows of ``topic`` inserted without ``Task`` objects.
+
+    Yields a :class:`Rows`: the caller stores ``traceparents`` with the rows (None each
+    without tracing) and sets ``sequences`` after the insert.
+    """
+    rows = Rows(count)
+    if trace is None or not count:
+        yield rows
+        return
+    tracer = _tracer()
+    attributes = {
+        "messaging.system": SYSTEM,
+        "messaging.destination.name": topic,
+        "messaging.operation.type": "send",
+    }
+    spans = []
+    for index in range(count):
+        span = tracer.start_span(
+            f"send {topic}", kind=trace.SpanKind.PRODUCER, attributes=attributes
+        )
+        if not span.is_recording() and not span.get_span_context().is_valid:
+            break  # no SDK and no trace in progress: no row would get a traceparent
+        rows.traceparents[index] = _traceparent(span)
+        spans.append(span)
+    try:
+        yield rows
+    except BaseException as exc:
+        for span in spans:
+            span.record_exception(exc)
+            span.set_status(trace.Status(trace.StatusCode.ERROR, str(exc)))
+            span.end()
+        raise
+    for span, sequence in zip(spans, rows.sequences, strict=False):
+        span.set_attribute("messaging.message.id", str(sequence))
+    for span in spans:
         span.end()
 
 

@@ -14,23 +14,25 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core import checks
 from django.db import DEFAULT_DB_ALIAS, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from django_tasks_coord import queue, topics
+from django_tasks_coord import topics
+from django_tasks_coord.backends.calls import Calls, checked_calls
 from django_tasks_coord.backends.compat import (
     BaseTaskBackend,
     InvalidTask,
     Task,
     TaskResult,
     TaskResultDoesNotExist,
-    TaskResultStatus,
     task_backends,
     task_enqueued,
 )
+from django_tasks_coord.backends.enqueue import checked_items, ready, write
 from django_tasks_coord.backends.results import to_result
 from django_tasks_coord.backends.tasks import CoordTask
 from django_tasks_coord.conf import app_settings
@@ -40,7 +42,6 @@ from django_tasks_coord.models import Task as TaskRow
 from django_tasks_coord.models import Topic
 from django_tasks_coord.retry import DEFAULT_RETRY, RetryPolicy
 from django_tasks_coord.timers import parse
-from django_tasks_coord.topics import registering
 
 #: Topic names this app uses for itself; no Django queue may take them.
 RESERVED_PREFIX = topics.RESERVED_PREFIX
@@ -58,13 +59,6 @@ OPTION_DEFAULTS: dict[str, Any] = {
     # Seconds an attempt may run before it fails with TaskTimeoutError; None: no limit.
     "TIMEOUT": None,
 }
-
-
-def retry_data(policy: RetryPolicy) -> dict[str, Any]:
-    """A retry policy as stored in a task's payload."""
-    data = dataclasses.asdict(policy)
-    data["backoff"] = str(policy.backoff)
-    return data
 
 
 def _seconds(value: object, what: str) -> float | None:
@@ -213,36 +207,61 @@ class DatabaseBackend(BaseTaskBackend):
         insertion = Insertion.APPEND
         if identifier is None:
             identifier, insertion = self._identifier(task, args, kwargs)
-        result: TaskResult = TaskResult(  # type: ignore[type-arg]
-            task=task,
-            id=identifier,
-            status=TaskResultStatus.READY,
-            enqueued_at=None,
-            started_at=None,
-            last_attempted_at=None,
-            finished_at=None,
-            args=list(args),
-            kwargs=dict(kwargs),
-            backend=self.alias,
-            errors=[],
-            worker_ids=[],
-        )
-        timeout = task.timeout if isinstance(task, CoordTask) else None
-        payload = {
-            "task": task.module_path,
-            "backend": self.alias,
-            "args": result.args,
-            "kwargs": result.kwargs,
-            "run_after": task.run_after.isoformat() if task.run_after else None,
-            "retry": retry_data(self._policy(task)),
-            "timeout": timeout if timeout is not None else self.default_timeout,
-        }
-        push = functools.partial(self._push, task, result, payload, insertion)
+        return self._submit(task, [ready(self.alias, task, identifier, args, kwargs)], insertion)[0]
+
+    def enqueue_many(
+        self,
+        task: Task,  # type: ignore[type-arg]
+        calls: Calls,
+    ) -> list[TaskResult]:  # type: ignore[type-arg]
+        """Enqueue ``task`` once per ``(args, kwargs)`` of ``calls``, in one statement.
+
+        Like as many :meth:`enqueue` calls (the same checks, unique keys, signals and
+        transaction semantics; every call is checked before anything is written), but
+        one ``INSERT`` of all the rows (on SQLite as many as its parameter limit allows
+        per statement, in one transaction). Returns the results in the order of
+        ``calls``. Also :meth:`CoordTask.enqueue_many
+        <django_tasks_coord.backends.CoordTask.enqueue_many>`.
+        """
+        self.validate_task(task)
+        results, insertion = [], Insertion.APPEND
+        for args, kwargs in checked_calls(calls):
+            identifier, insertion = self._identifier(task, args, kwargs)
+            results.append(ready(self.alias, task, identifier, args, kwargs))
+        return self._submit(task, results, insertion)
+
+    async def aenqueue_many(
+        self,
+        task: Task,  # type: ignore[type-arg]
+        calls: Calls,
+    ) -> list[TaskResult]:  # type: ignore[type-arg]
+        """:meth:`enqueue_many` from async code (in a thread, like Django's ``aenqueue``)."""
+        calls = list(calls)
+        results: list[TaskResult] = await sync_to_async(  # type: ignore[type-arg]
+            self.enqueue_many, thread_sensitive=True
+        )(task, calls)
+        return results
+
+    def _submit(
+        self,
+        task: Task,  # type: ignore[type-arg]
+        results: list[TaskResult],  # type: ignore[type-arg]
+        insertion: Insertion,
+    ) -> list[TaskResult]:  # type: ignore[type-arg]
+        """Push ``results`` now, or at the default database's commit (:meth:`_defer`).
+
+        Everything is checked first, also when the push waits for a commit.
+        """
+        if not results:
+            return results
+        policy, timeout = self._policy(task), self.default_timeout
+        items = checked_items(self.alias, task, results, policy, timeout)
+        push = functools.partial(self._push, task, results, items, insertion)
         if self._defer():
             transaction.on_commit(push, using=DEFAULT_DB_ALIAS)
         else:
             push()
-        return result
+        return results
 
     def _defer(self) -> bool:
         """Whether to wait for the commit of a transaction on another database than ours."""
@@ -256,24 +275,15 @@ class DatabaseBackend(BaseTaskBackend):
     def _push(
         self,
         task: Task,  # type: ignore[type-arg]
-        result: TaskResult,  # type: ignore[type-arg]
-        payload: dict[str, Any],
+        results: list[TaskResult],  # type: ignore[type-arg]
+        items: list[tuple[str, dict[str, Any]]],
         insertion: Insertion,
     ) -> None:
-        row = registering(
-            task.queue_name,
-            lambda: queue.push(
-                task.queue_name,
-                result.id,
-                payload,
-                insertion=insertion,
-                priority=task.priority,
-                execute_at=task.run_after,
-                handler=task.module_path if isinstance(task, CoordTask) else "",
-            ),
-        )
-        object.__setattr__(result, "enqueued_at", row.created_at or timezone.now())
-        task_enqueued.send(type(self), task_result=result)
+        """Write the rows (:func:`~django_tasks_coord.backends.enqueue.write`), then send
+        ``task_enqueued`` once per result."""
+        for result, created in zip(results, write(task, results, items, insertion), strict=True):
+            object.__setattr__(result, "enqueued_at", created or timezone.now())
+            task_enqueued.send(type(self), task_result=result)
 
     # --- results --------------------------------------------------------------------
 

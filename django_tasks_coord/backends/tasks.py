@@ -19,7 +19,8 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from django_tasks_coord.backends.compat import Task
+from django_tasks_coord.backends.calls import Calls
+from django_tasks_coord.backends.compat import InvalidTask, Task, TaskResult
 from django_tasks_coord.backends.periodic import declare
 from django_tasks_coord.backends.worker import DJANGO_TASK_TYPE
 from django_tasks_coord.handlers import TaskType
@@ -82,6 +83,29 @@ class CoordTask(Task):  # type: ignore[type-arg]
         changes: dict[str, Any] = {k: v for k, v in extra.items() if v is not None}
         replaced: CoordTask = dataclasses.replace(task, **changes) if changes else task
         return replaced
+
+    def enqueue_many(self, calls: Calls) -> list[TaskResult]:  # type: ignore[type-arg]
+        """Enqueue this task once per ``(args, kwargs)`` of ``calls``, in one statement.
+
+        ``send_report.enqueue_many([((1,), {}), ((2,), {"urgent": True})])``: see
+        :meth:`DatabaseBackend.enqueue_many <django_tasks_coord.backends.DatabaseBackend.enqueue_many>`.
+        """
+        results: list[TaskResult] = self._many_backend().enqueue_many(self, calls)  # type: ignore[type-arg]
+        return results
+
+    async def aenqueue_many(self, calls: Calls) -> list[TaskResult]:  # type: ignore[type-arg]
+        """:meth:`enqueue_many` from async code."""
+        results: list[TaskResult] = await self._many_backend().aenqueue_many(self, calls)  # type: ignore[type-arg]
+        return results
+
+    def _many_backend(self) -> Any:
+        backend = self.get_backend()
+        if not hasattr(backend, "enqueue_many"):
+            raise InvalidTask(
+                f"enqueue_many needs django_tasks_coord's DatabaseBackend; the task's backend "
+                f"{self.backend!r} is a {type(backend).__name__}."
+            )
+        return backend
 
     @property
     def task_type(self) -> TaskType:

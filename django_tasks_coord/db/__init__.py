@@ -9,7 +9,8 @@ migration that adds MySQL's virtual column). Each helper says why it exists.
 - :mod:`.vendor`: capabilities and quirks: row estimates, lock windows, ``LISTEN``
   support, SQLite's single write lock, MySQL's virtual columns, partitioning.
 - :mod:`.reconnect`: recognizing a lost connection; the back-off every loop uses.
-- :mod:`.notifications`: ``NOTIFY`` (PostgreSQL), this process's listeners elsewhere.
+- :mod:`.notifications`: wake-ups after the commit: ``NOTIFY`` (PostgreSQL), this
+  process's listeners elsewhere.
 - :mod:`.listen`: the one LISTEN connection policy of the node and the long-polls.
 - :mod:`.indexes`: :class:`PartialStateIndex` (``PendingIndex`` in old migrations).
 
@@ -23,8 +24,11 @@ from django_tasks_coord.db.listen import Listening, listen_alias, listen_params
 from django_tasks_coord.db.notifications import (
     NOTIFY_CHANNEL,
     add_local_listener,
+    announce,
     notify,
     remove_local_listener,
+    wake,
+    wakes_by_notify,
 )
 from django_tasks_coord.db.reconnect import (
     RECONNECT_DELAY,
@@ -48,10 +52,12 @@ from django_tasks_coord.db.vendor import (
     CLAIM_JOINED,
     CLAIM_LOCKED,
     CLAIM_RETURNING,
+    checks_topic_in_insert,
     claim_statement,
     hands_out_in_one_statement,
     has_notify,
     has_row_estimates,
+    inserts_from_arrays,
     locks_whole_database,
     planner_rows,
     reset_lock_window,
@@ -78,12 +84,15 @@ __all__ = [
     "add_local_listener",
     "ago",
     "alias",
+    "announce",
+    "checks_topic_in_insert",
     "claim_statement",
     "connection",
     "connection_lost",
     "hands_out_in_one_statement",
     "has_notify",
     "has_row_estimates",
+    "inserts_from_arrays",
     "listen_alias",
     "listen_params",
     "lock_kwargs",
@@ -102,5 +111,7 @@ __all__ = [
     "topic_in_key_lookups",
     "uses_virtual_columns",
     "wait_for_database",
+    "wake",
+    "wakes_by_notify",
     "write_transaction",
 ]

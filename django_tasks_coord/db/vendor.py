@@ -108,6 +108,19 @@ def has_notify(conn: BaseDatabaseWrapper) -> bool:
     return conn.vendor == _POSTGRESQL
 
 
+def checks_topic_in_insert(conn: BaseDatabaseWrapper) -> bool:
+    """Whether an insert into a caller's transaction checks its topic in the same statement.
+
+    PostgreSQL: the ``INSERT ... RETURNING`` inside a ``WITH`` whose ``SELECT`` also
+    reads whether the topic exists (``store.insert``). The task table's foreign key to
+    its topic is checked at commit there, and on SQLite, so a topic deleted behind a
+    stale cache would otherwise surface as an ``IntegrityError`` at the caller's commit;
+    SQLite has no data-modifying ``WITH``, so the topic is looked up first there
+    (``topics.adding_tasks``). MySQL/MariaDB check foreign keys per statement.
+    """
+    return conn.vendor == _POSTGRESQL
+
+
 def supports_listen(alias: str) -> bool:
     """Whether a process can ``LISTEN`` for the notifications of the database behind ``alias``.
 
@@ -179,6 +192,15 @@ def supports_partitioning(conn: BaseDatabaseWrapper) -> bool:
 
     InnoDB does not allow foreign keys on partitioned tables, and SQLite has no
     partitions (see :mod:`django_tasks_coord.partitions`).
+    """
+    return conn.vendor == _POSTGRESQL
+
+
+def inserts_from_arrays(conn: BaseDatabaseWrapper) -> bool:
+    """Whether many rows can be inserted from one array per column (``UNNEST``, PostgreSQL).
+
+    The task store's bulk appends send the columns that vary from row to row as arrays
+    and the others once, instead of a value per row and column.
     """
     return conn.vendor == _POSTGRESQL
 

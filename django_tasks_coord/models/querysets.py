@@ -13,8 +13,9 @@ from django.db.models.functions import Now
 from django.db.models.lookups import Exact, In
 from django.db.models.sql.compiler import SQLCompiler
 
-from django_tasks_coord import db, tracing
+from django_tasks_coord import db
 from django_tasks_coord.enums import COMPLETED_MAX, COMPLETED_MIN, IN_FLIGHT, TaskState
+from django_tasks_coord.models.inserts import InsertStatement, insert_statements
 
 if TYPE_CHECKING:
     from django_tasks_coord.models.tasks import Task, Topic
@@ -129,18 +130,26 @@ class TaskQuerySet(models.QuerySet["Task"]):
             return self.filter(_UnfinishedIdentifierExact(models.F("identifier"), identifier))
         return self.filter(_UnfinishedIdentifierIn(models.F("identifier"), list(identifier)))
 
+    def insert_statements(self, tasks: list[Task]) -> list[InsertStatement] | None:
+        """The ``INSERT ... RETURNING`` statements of ``tasks``, for the task store to run.
+
+        One per batch the database allows (one on PostgreSQL and MariaDB; SQLite caps the
+        parameters of a statement); None where :meth:`insert` must write them (MySQL 8,
+        which cannot return the rows of a multi-row insert). Only the task store
+        (:mod:`django_tasks_coord.store.insert`) calls it.
+        """
+        return insert_statements(self.model, tasks, self.db)
+
     def insert(self, tasks: list[Task]) -> list[Task]:
         """Insert ``tasks`` and return them with their sequence and database-made fields.
 
         One statement where the backend returns the keys of a multi-row insert
-        (PostgreSQL, MariaDB, SQLite); row by row on MySQL 8, which cannot. Only the task
-        store calls it (:func:`django_tasks_coord.store.insert.insert` and ``push``), which
-        also announces the new tasks.
+        (PostgreSQL, MariaDB, SQLite); row by row on MySQL 8, which cannot. The task
+        store runs :meth:`insert_statements` itself where it can, and this otherwise.
         """
-        with tracing.producing(tasks):  # a producer span each, and its traceparent stored
-            if not connections[self.db].features.can_return_rows_from_bulk_insert:
-                for task in tasks:
-                    task.save(using=self.db, force_insert=True)
-                    task.refresh_from_db(using=self.db, fields=["created_at"])
-                return tasks
-            return self.bulk_create(tasks)
+        if not connections[self.db].features.can_return_rows_from_bulk_insert:
+            for task in tasks:
+                task.save(using=self.db, force_insert=True)
+                task.refresh_from_db(using=self.db, fields=["created_at"])
+            return tasks
+        return self.bulk_create(tasks)

@@ -1,24 +1,41 @@
-"""Inserting task rows, each insert announced (NOTIFY) to the nodes of its topics.
+"""Inserting task rows, each insert announced to the nodes of its topics once it is committed.
 
 Pushes with their insertion mode (:func:`push`: REPLACE and SUPERSEDE make earlier
 tasks of the identifiers redundant, DELETE deletes them), tasks created for external
-executors and recreated copies (:func:`insert`). The rows themselves are written by
-:meth:`TaskQuerySet.insert <django_tasks_coord.models.TaskQuerySet.insert>`, the
-data layer's primitive (one statement where the database returns the keys of a
-multi-row insert), which nothing outside this package calls.
+executors and recreated copies (:func:`insert`). The statements are built by
+:meth:`TaskQuerySet.insert_statements
+<django_tasks_coord.models.TaskQuerySet.insert_statements>` (what ``bulk_create`` would
+send), which nothing outside this package calls; this module decides how they travel:
+
+- **In autocommit** (no transaction open), an insert is one statement, a transaction by
+  itself, followed by the wake-up of the nodes (on PostgreSQL a statement of its own, so
+  that it never holds up concurrent producers' commits; see
+  :mod:`django_tasks_coord.db.notifications`).
+- **Inside a transaction** (the caller's, or one of an insertion mode), the statement
+  joins it and the wake-up waits for its commit: one per topic and transaction, none
+  after a rollback (:func:`~django_tasks_coord.db.announce`). On PostgreSQL the
+  statement also checks that its topics exist (a stale topic cache would otherwise only
+  show at the caller's commit).
 """
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
 
+from django.db import IntegrityError, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
-from django_tasks_coord import db
+from django_tasks_coord import db, tracing
 from django_tasks_coord.enums import IN_FLIGHT, Insertion, TaskState
-from django_tasks_coord.models import Task
+from django_tasks_coord.models import Task, Topic
+from django_tasks_coord.models.inserts import InsertStatement, from_arrays
 
-__all__ = ["insert", "push"]
+__all__ = ["append", "insert", "push"]
 
 #: Identifiers per statement when an insertion mode changes earlier tasks.
 _CHUNK = 500
@@ -27,17 +44,13 @@ _CHUNK = 500
 def insert(tasks: list[Task], *, using: str | None = None, announce: bool = True) -> list[Task]:
     """Insert ``tasks`` and return them with their sequence and database-made fields.
 
-    With ``announce`` (the default), the nodes of their topics are told (NOTIFY, in the
-    transaction of the insert where one is open), so that sleeping nodes claim them at once.
+    With ``announce`` (the default), the nodes of their topics are woken once the insert
+    is committed, so that sleeping nodes claim them at once.
     """
     if not tasks:
         return []
-    using = using or db.alias()
-    created = Task.objects.using(using).insert(tasks)
-    if announce:
-        for topic in sorted({task.topic_id for task in created}):
-            db.notify(db.connection(), topic)
-    return created
+    topics = {task.topic_id for task in tasks} if announce else set()
+    return _write(tasks, using or db.alias(), topics)
 
 
 def push(
@@ -49,13 +62,146 @@ def push(
     using: str | None = None,
 ) -> list[Task]:
     """Apply ``insertion`` to the earlier tasks of ``identifiers`` in ``topic``, then insert
-    ``tasks`` (all of ``topic``) and announce them. Run it inside one transaction."""
+    ``tasks`` (all of ``topic``) and announce them.
+
+    APPEND is the insert alone (one statement); the other modes run in one transaction.
+    Raises ``IntegrityError`` if ``topic`` does not exist (nothing is left written).
+    """
     using = using or db.alias()
-    if insertion is not Insertion.APPEND:
+    if insertion is Insertion.APPEND:
+        return _write(tasks, using, {topic})
+    with db.write_transaction():
         _apply_insertion(topic, list(identifiers), insertion, using)
-    created = Task.objects.using(using).insert(tasks)
-    db.notify(db.connection(), topic)
-    return created
+        return _write(tasks, using, {topic})
+
+
+def append(
+    topic: str,
+    rows: Sequence[tuple[str, Any]],
+    *,
+    priority: int = 0,
+    execute_at: datetime | None = None,
+    handler: str = "",
+    using: str | None = None,
+) -> list[datetime]:
+    """Append a pending task of ``topic`` per ``(identifier, payload)`` of ``rows``; return
+    their creation times, in order.
+
+    :func:`push` with APPEND for callers that need no ``Task`` objects back (the
+    ``django.tasks`` backend): on PostgreSQL one ``INSERT ... SELECT ... FROM UNNEST``
+    whose shared columns are sent once and whose identifiers, payloads and traceparents
+    as arrays (:func:`~django_tasks_coord.models.inserts.from_arrays`); elsewhere
+    :func:`push`. Announced like it; ``IntegrityError`` if ``topic`` does not exist.
+    """
+    using = using or db.alias()
+    conn = connections[using]
+    if not db.inserts_from_arrays(conn):
+        tasks = [
+            Task(
+                topic_id=topic,
+                identifier=identifier,
+                payload=payload,
+                priority=priority,
+                execute_at=execute_at,
+                handler=handler,
+            )
+            for identifier, payload in rows
+        ]
+        return [task.created_at for task in push(topic, tasks, (), Insertion.APPEND, using=using)]
+    with tracing.producing_rows(topic, len(rows)) as spans:
+        wrapper = type(conn).__module__  # the database's backend, part of the key
+        sql, shared = _append_sql(using, wrapper, topic, priority, execute_at, handler)
+        params = [
+            *shared,
+            [identifier for identifier, _ in rows],
+            [None if payload is None else json.dumps(payload) for _, payload in rows],
+            spans.traceparents,
+        ]
+        found = _rows(conn, sql, params, [topic], key=0)
+        spans.sequences = [row[0] for row in found]
+    db.announce(conn, [topic])
+    return [row[1] for row in found]
+
+
+#: The varying columns of :func:`append`'s rows, and what it reads back.
+_VARYING, _RETURNING = ("identifier", "payload", "traceparent"), ("sequence", "created_at")
+
+
+@functools.lru_cache(maxsize=256)
+def _append_sql(
+    using: str,
+    wrapper: str,
+    topic: str,
+    priority: int,
+    execute_at: datetime | None,
+    handler: str,
+) -> tuple[str, tuple[Any, ...]]:
+    """:func:`append`'s statement and shared parameters for these shared values on the
+    database ``using`` (whose backend module, ``wrapper``, is part of the key): kept, so that enqueues of
+    one task to one queue prepare them once."""
+    template = Task(
+        topic_id=topic, identifier="", priority=priority, execute_at=execute_at, handler=handler
+    )
+    sql, shared = from_arrays(Task, template, _VARYING, _RETURNING, using)
+    return sql, tuple(shared)
+
+
+def _write(tasks: list[Task], using: str, topics: set[str]) -> list[Task]:
+    """Insert ``tasks`` and wake the nodes of ``topics`` once the insert is committed."""
+    conn = connections[using]
+    with tracing.producing(tasks):  # a producer span each, and its traceparent stored
+        statements = Task.objects.using(using).insert_statements(tasks)
+        if statements is None:  # MySQL 8: row by row
+            with db.write_transaction():
+                Task.objects.using(using).insert(tasks)
+                db.announce(conn, topics)
+        elif len(statements) > 1 and conn.get_autocommit():  # more rows than one takes (SQLite)
+            with db.write_transaction():
+                for statement in statements:
+                    _run(conn, statement)
+                db.announce(conn, topics)
+        else:  # in the caller's transaction, or one statement that is a transaction by itself
+            for statement in statements:
+                _run(conn, statement)
+            db.announce(conn, topics)
+    return tasks
+
+
+def _run(conn: BaseDatabaseWrapper, statement: InsertStatement) -> None:
+    """Run ``statement`` (:func:`_rows`) and set what it returned on its tasks."""
+    topics = sorted({task.topic_id for task in statement.tasks})
+    key = Task._meta.db_returning_fields.index(Task._meta.pk)
+    statement.read(_rows(conn, statement.sql, statement.params, topics, key=key))
+
+
+def _rows(
+    conn: BaseDatabaseWrapper, sql: str, params: Sequence[Any], topics: list[str], *, key: int
+) -> list[tuple[Any, ...]]:
+    """Run the insert ``sql`` and return its rows; inside a transaction on PostgreSQL, checking
+    that its ``topics`` exist.
+
+    A missing topic would show only at the commit of the transaction (the foreign key is
+    checked then); the check makes it an ``IntegrityError`` now, the rows (their sequence
+    in column ``key``) deleted again, so that the caller's transaction can go on
+    (``topics.adding_tasks`` relies on it).
+    """
+    if conn.get_autocommit() or not db.checks_topic_in_insert(conn):
+        with conn.cursor() as cursor:
+            cursor.execute(sql, params)
+            return list(cursor.fetchall())
+    table = conn.ops.quote_name(Topic._meta.db_table)
+    name = conn.ops.quote_name(Topic._meta.get_field("name").column or "name")
+    checked = (
+        f"WITH inserted AS ({sql}) SELECT inserted.*, "
+        f"(SELECT count(*) FROM {table} WHERE {name} = ANY(%s)) FROM inserted"
+    )
+    with conn.cursor() as cursor:
+        cursor.execute(checked, [*params, topics])
+        rows = cursor.fetchall()
+    if rows and rows[0][-1] != len(topics):
+        Task.objects.using(conn.alias).filter(pk__in=[row[key] for row in rows]).delete()
+        raise IntegrityError(f"A topic of {topics} does not exist.")
+    return [row[:-1] for row in rows]
 
 
 def _apply_insertion(topic: str, identifiers: list[str], insertion: Insertion, using: str) -> None:
