@@ -21,9 +21,10 @@ from typing import Any
 import jsonschema
 from django.conf import settings
 from django.core.exceptions import ObjectDoesNotExist, RequestDataTooBig
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse, UnreadablePostError
 
-from django_tasks_coord import definitions, tracing, validation
+from django_tasks_coord import db, definitions, tracing, validation
 from django_tasks_coord.api import auth, openapi
 from django_tasks_coord.api.threads import run_db
 from django_tasks_coord.exceptions import (
@@ -64,7 +65,13 @@ class ApiError(Exception):
         response = JsonResponse({"error": error}, status=self.status)
         if self.status == 401:
             response["WWW-Authenticate"] = 'Bearer realm="tasks"'
+        if self.status == 503:
+            response["Retry-After"] = str(UNAVAILABLE_RETRY_AFTER)
         return response
+
+
+#: Seconds a client is asked to wait (``Retry-After``) when the database does not answer.
+UNAVAILABLE_RETRY_AFTER = 1
 
 
 def as_api_error(exc: Exception) -> ApiError:
@@ -85,6 +92,10 @@ def as_api_error(exc: Exception) -> ApiError:
         return ApiError(409, exc.code, str(exc))
     if isinstance(exc, InvalidArgumentError):
         return ApiError(400, "invalid_request", str(exc))
+    if isinstance(exc, DatabaseError) and db.connection_lost(exc):
+        return ApiError(
+            503, "database_unavailable", "The database does not answer; try again shortly."
+        )
     raise exc
 
 

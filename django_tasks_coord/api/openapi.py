@@ -78,6 +78,12 @@ _BODY = {
     ),
     415: ("The body is not sent as `Content-Type: application/json` (UTF-8).", "Error"),
 }
+#: Every operation: the database did not answer (a restart, an outage).
+_UNAVAILABLE = (
+    "The database does not answer (a restart, an outage): nothing was done; try again after "
+    "the `Retry-After` seconds.",
+    "Error",
+)
 _TASK_ID = {404: ("No task of a definition has this id.", "Error")}
 _CONFLICT = {409: ("Stale or wrong exec_id, or the task is not in that state.", "Error")}
 _DEFINITION = {404: ("No task definition has this name.", "Error")}
@@ -368,7 +374,7 @@ def _operation(operation: Operation) -> dict[str, Any]:
                 ),
                 **({"links": operation.links[code]} if code in operation.links else {}),
             }
-            for code, (text, schema) in sorted(operation.responses.items())
+            for code, (text, schema) in sorted({**operation.responses, 503: _UNAVAILABLE}.items())
         },
     }
     parameters = _parameters(operation)

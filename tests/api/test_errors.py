@@ -329,3 +329,43 @@ def test_unknown_urls_under_the_api_are_json_404s(submitter):
     error(submitter.get("abc"), 404, "not_found")
     error(submitter.post("abc/start", {"exec_id": str(uuid.uuid4())}), 404, "not_found")
     error(submitter.get(str(2**64)), 404, "not_found")
+
+
+# --- 503 ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [("POST", "poll", {"definitions": ["billing/send-invoice"]}), ("GET", "1", None)],
+)
+def test_a_database_that_does_not_answer_is_503_json(executor, monkeypatch, method, path, body):
+    """A lost or refused connection (a restart, an outage) is a JSON 503 with Retry-After,
+    not Django's HTML error page; the next call works again."""
+    from django.db import OperationalError
+
+    from django_tasks_coord.api import auth
+
+    real = auth.authorized
+
+    def down(*args, **kwargs):
+        raise OperationalError('connection to server at "127.0.0.1" failed: Connection refused')
+
+    monkeypatch.setattr(auth, "authorized", down)
+    response = executor.call(method, path, body)
+    error(response, 503, "database_unavailable")
+    assert response["Retry-After"] == "1"
+    monkeypatch.setattr(auth, "authorized", real)
+    assert executor.call(method, path, body).status_code in (200, 404)
+
+
+def test_other_database_errors_are_not_hidden_behind_a_503(executor, monkeypatch):
+    from django.db import IntegrityError
+
+    from django_tasks_coord.api import auth
+
+    def broken(*args, **kwargs):
+        raise IntegrityError("duplicate key value violates unique constraint")
+
+    monkeypatch.setattr(auth, "authorized", broken)
+    with pytest.raises(IntegrityError):
+        executor.call("GET", "definitions")
