@@ -35,6 +35,11 @@ def log_extra(task: Task, node_id: str | None) -> dict[str, object]:
     return {"task_sequence": task.sequence, "topic": task.topic_id, "node": node_id}
 
 
+def _has_on_outcome(task_type: TaskType) -> bool:
+    """Whether ``task_type`` does something once an outcome is written (not the base no-op)."""
+    return type(task_type).on_outcome is not TaskType.on_outcome
+
+
 class FollowUps:
     """The follow-ups of one node's completions."""
 
@@ -66,7 +71,7 @@ class FollowUps:
                 for task_type, task, decision in failures:
                     self._follow_up(self._apply_error_policy, task_type, task, decision)
                 for task_type, task, decision in topic_items:
-                    if task_type is not None:
+                    if task_type is not None and _has_on_outcome(task_type):
                         self._follow_up(task_type.on_outcome, task, decision)
             except Exception:
                 logger.exception(
@@ -76,6 +81,8 @@ class FollowUps:
                 )
             finally:
                 self.node.done(len(topic_items))
+            if not signals.task_completed.has_listeners(Task):  # asked once per batch
+                continue
             for _, task, decision in topic_items:
                 signals.send(
                     signals.task_completed,

@@ -155,7 +155,7 @@ def task_statements(call: Callable[[], Any]) -> tuple[Any, list[str]]:
     statements = [
         q["sql"]
         for q in captured.captured_queries
-        if q["sql"].split(None, 1)[0].upper() in ("SELECT", "UPDATE", "DELETE")
+        if q["sql"].split(None, 1)[0].upper() in ("SELECT", "UPDATE", "DELETE", "WITH")
         and (f'FROM "{table}"' in q["sql"] or f'UPDATE "{table}"' in q["sql"])
     ]
     return value, statements

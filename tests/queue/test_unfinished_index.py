@@ -178,11 +178,17 @@ def test_insertion_modes_find_unfinished_tasks_by_the_index(
 @analyzes
 def test_a_poll_condition_finds_earlier_unfinished_tasks_by_the_index(topic: Any) -> None:
     build_history("jobs")
-    selects = statements(
-        lambda: queue.poll("jobs", 10, condition=Condition.SINGULAR_BY_IDENTIFIER), "SELECT"
+    claims = statements(
+        lambda: queue.poll("jobs", 10, condition=Condition.SINGULAR_BY_IDENTIFIER), ""
     )
-    (claim,) = [sql for sql in selects if sql.endswith("FOR UPDATE SKIP LOCKED")]
-    reads = task_table_keys(claim.removesuffix(" FOR UPDATE SKIP LOCKED"))
+    # The rows the claim takes are picked by a SELECT ... FOR UPDATE SKIP LOCKED: on its own
+    # (MySQL) or in the derived table of MariaDB's UPDATE (db.claim_statement).
+    (picked,) = [
+        sql.removeprefix("UPDATE (").partition(" FOR UPDATE SKIP LOCKED")[0]
+        for sql in claims
+        if "FOR UPDATE SKIP LOCKED" in sql
+    ]
+    reads = task_table_keys(picked)
     assert any("tasks_coord_unfinished" in read for read in reads), reads
 
 
