@@ -32,7 +32,7 @@ from django_tasks_coord.backends.compat import (
     task_backends,
     task_enqueued,
 )
-from django_tasks_coord.backends.enqueue import checked_items, ready, write
+from django_tasks_coord.backends.enqueue import Items, checked_items, ready, write
 from django_tasks_coord.backends.results import to_result
 from django_tasks_coord.backends.tasks import CoordTask
 from django_tasks_coord.conf import app_settings
@@ -276,7 +276,7 @@ class DatabaseBackend(BaseTaskBackend):
         self,
         task: Task,  # type: ignore[type-arg]
         results: list[TaskResult],  # type: ignore[type-arg]
-        items: list[tuple[str, dict[str, Any]]],
+        items: Items,
         insertion: Insertion,
     ) -> None:
         """Write the rows (:func:`~django_tasks_coord.backends.enqueue.write`), then send

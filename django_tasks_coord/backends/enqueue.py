@@ -54,43 +54,58 @@ def ready(backend: str, task: Task, identifier: str, args: Any, kwargs: Any) -> 
     )
 
 
+@dataclasses.dataclass
+class Items:
+    """The checked payloads of an enqueue: what every call shares, and each call's arguments."""
+
+    shared: dict[str, Any]  # task, backend, run_after, retry, timeout
+    rows: list[tuple[str, dict[str, Any]]]  # (result id, {"args": ..., "kwargs": ...})
+
+    def payloads(self) -> list[tuple[str, dict[str, Any]]]:
+        """Each call's whole payload (task, backend, args, kwargs, run_after, retry, timeout)."""
+        head = {key: self.shared[key] for key in ("task", "backend")}
+        tail = {key: value for key, value in self.shared.items() if key not in head}
+        return [(identifier, {**head, **arguments, **tail}) for identifier, arguments in self.rows]
+
+
 def checked_items(
     backend: str,
     task: Task,  # type: ignore[type-arg]
     results: list[TaskResult],  # type: ignore[type-arg]
     policy: RetryPolicy,
     default_timeout: float | None,
-) -> list[tuple[str, dict[str, Any]]]:
-    """The ``(identifier, payload)`` of each result, checked as ``queue.push`` checks them."""
+) -> Items:
+    """The payloads of ``results``, checked as ``queue.push`` checks a payload."""
     check_when(task.run_after, "run_after")
     timeout = task.timeout if isinstance(task, CoordTask) else None
     shared = {
+        "task": task.module_path,
+        "backend": backend,
         "run_after": task.run_after.isoformat() if task.run_after else None,
         "retry": retry_data(policy),
         "timeout": timeout if timeout is not None else default_timeout,
     }
-    items = []
+    rows = []
     for result in results:
         check_identifier(result.id)
         arguments = {"args": result.args, "kwargs": result.kwargs}
         check_payload(arguments)  # the rest of the payload is this backend's own
-        payload: dict[str, Any] = {"task": task.module_path, "backend": backend}
-        payload.update(arguments, **shared)
-        items.append((result.id, payload))
-    return items
+        rows.append((result.id, arguments))
+    return Items(shared, rows)
 
 
 def write(
     task: Task,  # type: ignore[type-arg]
     results: list[TaskResult],  # type: ignore[type-arg]
-    items: list[tuple[str, dict[str, Any]]],
+    items: Items,
     insertion: Insertion,
 ) -> list[datetime | None]:
     """Write the rows of ``items`` to the task's queue; each result's creation time.
 
-    APPEND (no unique key): one statement of the task store without ``Task`` objects;
-    the other insertion modes through ``queue.push_many`` (None for a result whose row a
-    later call of the batch deleted, as its enqueue one by one would have).
+    APPEND (no unique key): one statement of the task store without ``Task`` objects, the
+    shared part of the payloads sent once; the other insertion modes through
+    ``queue.push_many`` (None for a result whose row a later call of the batch deleted, as
+    its enqueue one by one would have).
     """
     name = task.queue_name
     handler = task.module_path if isinstance(task, CoordTask) else ""
@@ -102,7 +117,8 @@ def write(
                     name,
                     lambda: store_insert.append(
                         name,
-                        items,
+                        items.rows,
+                        defaults=items.shared,
                         priority=task.priority,
                         execute_at=task.run_after,
                         handler=handler,
@@ -115,7 +131,7 @@ def write(
         name,
         lambda: queue.push_many(
             name,
-            items,
+            items.payloads(),
             insertion=insertion,
             priority=task.priority,
             execute_at=task.run_after,

@@ -186,6 +186,8 @@ def from_arrays(
     varying: Sequence[str],
     returning: Sequence[str],
     using: str,
+    *,
+    merged: Sequence[str] = (),
 ) -> tuple[str, list[Any]]:
     """PostgreSQL: ``INSERT ... SELECT ... FROM UNNEST(...)`` of rows that are all ``template``
     but for their ``varying`` fields; the SQL (kept per shape) and its shared parameters.
@@ -193,7 +195,9 @@ def from_arrays(
     The caller appends one array per varying field, in that order, to the parameters; the
     statement returns the ``returning`` fields' raw values, one row per array element, in
     the arrays' order. The template's shared values are sent once. Columns it leaves to
-    the database (a ``db_default``; NULL in a nullable column) are not written.
+    the database (a ``db_default``; NULL in a nullable column) are not written. A
+    ``merged`` field (JSON, varying too) is the template's object with each row's keys
+    merged in (``||``): what all rows share is sent once.
     """
     conn = connections[using]
     columns = _columns(model)
@@ -205,6 +209,7 @@ def from_arrays(
         c
         for c in columns
         if c.attname in varying
+        or c.attname in merged
         or not (
             isinstance(values[c.attname], DatabaseDefault)
             or (c.null_default and values[c.attname] is None)
@@ -216,13 +221,18 @@ def from_arrays(
         type(conn),
         tuple(c.attname for c in written),
         *varying,
+        "merged",
+        *merged,
+        "returning",
         *returning,
     )
     sql = _array_sql.get(key)
     if sql is None:
-        sql = _array_sql[key] = _unnest_sql(model, conn, written, varying, returning)
+        sql = _array_sql[key] = _unnest_sql(model, conn, written, varying, returning, merged)
     shared = [
-        _prepared(c.field, values[c.attname], conn) for c in written if c.attname not in varying
+        _prepared(c.field, values[c.attname], conn)
+        for c in written
+        if c.attname not in varying or c.attname in merged
     ]
     return sql, shared
 
@@ -236,6 +246,7 @@ def _unnest_sql(
     written: list[_Column],
     varying: Sequence[str],
     returning: Sequence[str],
+    merged: Sequence[str],
 ) -> str:
     quote = conn.ops.quote_name
     opts = model._meta
@@ -244,7 +255,12 @@ def _unnest_sql(
     types = [str(by_name[name].db_type(conn)).split("(")[0] for name in varying]
     arrays = ", ".join(f"%s::{type_}[]" for type_ in types)
     values = ", ".join(
-        f"arrays.{quote(c.attname)}" if c.attname in varying else "%s" for c in written
+        f"(%s::{types[list(varying).index(c.attname)]} || arrays.{quote(c.attname)})"
+        if c.attname in merged
+        else f"arrays.{quote(c.attname)}"
+        if c.attname in varying
+        else "%s"
+        for c in written
     )
     columns = ", ".join(quote(str(c.field.column)) for c in written)
     returned = ", ".join(quote(str(model._meta.get_field(name).column)) for name in returning)  # type: ignore[union-attr]

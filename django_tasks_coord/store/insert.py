@@ -79,6 +79,7 @@ def append(
     topic: str,
     rows: Sequence[tuple[str, Any]],
     *,
+    defaults: dict[str, Any] | None = None,
     priority: int = 0,
     execute_at: datetime | None = None,
     handler: str = "",
@@ -88,10 +89,12 @@ def append(
     their creation times, in order.
 
     :func:`push` with APPEND for callers that need no ``Task`` objects back (the
-    ``django.tasks`` backend): on PostgreSQL one ``INSERT ... SELECT ... FROM UNNEST``
-    whose shared columns are sent once and whose identifiers, payloads and traceparents
-    as arrays (:func:`~django_tasks_coord.models.inserts.from_arrays`); elsewhere
-    :func:`push`. Announced like it; ``IntegrityError`` if ``topic`` does not exist.
+    ``django.tasks`` backend). A row's stored payload is ``{**defaults, **payload}`` (a
+    None payload stays None). On PostgreSQL one ``INSERT ... SELECT ... FROM UNNEST``:
+    the columns and ``defaults`` that all rows share are sent once, the identifiers,
+    payloads (and traceparents, when traced) as arrays
+    (:func:`~django_tasks_coord.models.inserts.from_arrays`); elsewhere :func:`push`.
+    Announced like it; ``IntegrityError`` if ``topic`` does not exist.
     """
     using = using or db.alias()
     conn = connections[using]
@@ -100,7 +103,7 @@ def append(
             Task(
                 topic_id=topic,
                 identifier=identifier,
-                payload=payload,
+                payload=payload if payload is None or not defaults else {**defaults, **payload},
                 priority=priority,
                 execute_at=execute_at,
                 handler=handler,
@@ -109,13 +112,14 @@ def append(
         ]
         return [task.created_at for task in push(topic, tasks, (), Insertion.APPEND, using=using)]
     with tracing.producing_rows(topic, len(rows)) as spans:
-        wrapper = type(conn).__module__  # the database's backend, part of the key
-        sql, shared = _append_sql(using, wrapper, topic, priority, execute_at, handler)
+        traced = any(spans.traceparents)
+        key = (topic, priority, execute_at, handler, json.dumps(defaults) if defaults else None)
+        sql, shared = _append_sql(using, type(conn).__module__, traced, *key)
         params = [
             *shared,
             [identifier for identifier, _ in rows],
             [None if payload is None else json.dumps(payload) for _, payload in rows],
-            spans.traceparents,
+            *([spans.traceparents] if traced else []),
         ]
         found = _rows(conn, sql, params, [topic], key=0)
         spans.sequences = [row[0] for row in found]
@@ -123,26 +127,33 @@ def append(
     return [row[1] for row in found]
 
 
-#: The varying columns of :func:`append`'s rows, and what it reads back.
-_VARYING, _RETURNING = ("identifier", "payload", "traceparent"), ("sequence", "created_at")
-
-
 @functools.lru_cache(maxsize=256)
 def _append_sql(
     using: str,
     wrapper: str,
+    traced: bool,
     topic: str,
     priority: int,
     execute_at: datetime | None,
     handler: str,
+    defaults: str | None,
 ) -> tuple[str, tuple[Any, ...]]:
-    """:func:`append`'s statement and shared parameters for these shared values on the
-    database ``using`` (whose backend module, ``wrapper``, is part of the key): kept, so that enqueues of
-    one task to one queue prepare them once."""
+    """:func:`append`'s statement and shared parameters for these shared values (``defaults``
+    as JSON) on the database ``using`` (``wrapper``: its backend's module), with the
+    traceparents as a column or without: kept, so that the enqueues of one task to one
+    queue prepare them once."""
     template = Task(
-        topic_id=topic, identifier="", priority=priority, execute_at=execute_at, handler=handler
+        topic_id=topic,
+        identifier="",
+        payload=None if defaults is None else json.loads(defaults),
+        priority=priority,
+        execute_at=execute_at,
+        handler=handler,
     )
-    sql, shared = from_arrays(Task, template, _VARYING, _RETURNING, using)
+    varying = ("identifier", "payload", "traceparent") if traced else ("identifier", "payload")
+    merged = ("payload",) if defaults is not None else ()
+    returning = ("sequence", "created_at")
+    sql, shared = from_arrays(Task, template, varying, returning, using, merged=merged)
     return sql, tuple(shared)
 
 

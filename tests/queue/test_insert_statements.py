@@ -14,6 +14,7 @@ import pytest
 from django.db import connection
 
 from django_tasks_coord import queue
+from django_tasks_coord.enums import TaskState
 from django_tasks_coord.models import Task, inserts
 from django_tasks_coord.store import insert as store_insert
 
@@ -95,3 +96,38 @@ def test_more_rows_than_one_statement_takes_are_all_written_in_order(topic):
     stored = dict(Task.objects.values_list("identifier", "payload"))
     assert all(stored[f"t{i}"] == {"i": i} for i in range(0, count, 97))
     assert len(Task.objects.values_list("pk")) == count
+
+
+def test_append_writes_each_row_with_the_shared_values_and_payload_defaults(topic):
+    for attempt in range(2):  # the second from the kept statement
+        created = store_insert.append(
+            "jobs",
+            [(f"a{attempt}", {"b": 3}), (f"n{attempt}", None), (f"c{attempt}", {"c": [1]})],
+            defaults={"a": 1, "b": 2},
+            priority=4,
+            execute_at=WHEN,
+            handler="tests.queue.handler",
+        )
+        rows = {t.identifier: t for t in Task.objects.filter(identifier__endswith=str(attempt))}
+        assert [rows[f"{k}{attempt}"].payload for k in "anc"] == [
+            {"a": 1, "b": 3},
+            None,
+            {"a": 1, "b": 2, "c": [1]},
+        ]
+        assert {(t.priority, t.execute_at, t.handler, t.state) for t in rows.values()} == {
+            (4, WHEN, "tests.queue.handler", TaskState.PENDING)
+        }
+        assert created == [rows[f"{k}{attempt}"].created_at for k in "anc"]
+
+
+@pytest.mark.skipif(
+    connection.vendor == "sqlite", reason="SQLite checks the topic at the commit (adding_tasks)"
+)
+def test_append_to_a_missing_topic_inside_a_transaction_leaves_it_usable(topic):
+    from django.db import IntegrityError, transaction
+
+    with transaction.atomic():
+        with pytest.raises(IntegrityError):
+            store_insert.append("nope", [("a", {"x": 1})])
+        store_insert.append("jobs", [("b", {"x": 2})])
+    assert list(Task.objects.values_list("topic_id", "identifier")) == [("jobs", "b")]
