@@ -57,6 +57,7 @@ from benchmarks.common import (
 
 OURS_DB = "bench_django_tasks"
 TASKS_DB_DB = "bench_django_tasks_db"  # not throughput.py's: the two may run at once
+PROCRASTINATE_DB = "bench_django_tasks_procrastinate"
 PEER_TIME_BOX = 60.0
 OURS_DEFAULT = "ours, defaults"
 OURS_TUNED = "ours, documented tuning"
@@ -72,7 +73,7 @@ def configure(vendors: list[str]) -> None:
 
     databases = {}
     for vendor in vendors:
-        for name in (OURS_DB, TASKS_DB_DB):
+        for name in (OURS_DB, TASKS_DB_DB) + ((PROCRASTINATE_DB,) if vendor == "postgres" else ()):
             databases[tp.alias_of(vendor, name)] = database(vendor, name)
     databases["default"] = databases[tp.alias_of(vendors[0], OURS_DB)]
     settings.configure(
@@ -198,7 +199,7 @@ def measured(
 
 def run_all(args: argparse.Namespace, vendors: list[str]) -> dict[str, Any]:
     """Every measurement, interleaved: each round runs each system once on each database."""
-    peers = tp.Peers(TASKS_DB_DB, PEER_TIME_BOX)
+    peers = tp.Peers(TASKS_DB_DB, PEER_TIME_BOX, PROCRASTINATE_DB)
     results: dict[str, Any] = {}
     for vendor in vendors:
         migrate_ours(vendor)

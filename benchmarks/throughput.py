@@ -383,15 +383,21 @@ def run_together(
 class Peers:
     """Runs django-tasks-db and procrastinate from their virtualenv.
 
-    ``tasks_db_name`` is django-tasks-db's database (each benchmark has its own, so two may
-    run at once); a peer still busy after ``time_box`` seconds is stopped and timed on the
+    ``tasks_db_name`` and ``procrastinate_name`` are the peers' databases (each benchmark has
+    its own, so two may run at once); a peer still busy after ``time_box`` seconds is stopped and timed on the
     tasks it finished.
     """
 
-    def __init__(self, tasks_db_name: str = TASKS_DB_DB, time_box: float = PEER_TIME_BOX) -> None:
+    def __init__(
+        self,
+        tasks_db_name: str = TASKS_DB_DB,
+        time_box: float = PEER_TIME_BOX,
+        procrastinate_name: str = PROCRASTINATE_DB,
+    ) -> None:
         self.python = peers_python()
         self.versions = peer_versions(self.python)
         self.tasks_db_name = tasks_db_name
+        self.procrastinate_name = procrastinate_name
         self.time_box = time_box
         self._ready: set[str] = set()
 
@@ -429,7 +435,7 @@ class Peers:
 
     def procrastinate(self, count: int, concurrency: int = PROCRASTINATE_CONCURRENCY) -> Drain:
         """Defer ``count`` no-op jobs, then run one worker (``concurrency``) until none is left."""
-        config = database("postgres", PROCRASTINATE_DB)
+        config = database("postgres", self.procrastinate_name)
         env = subprocess_env(
             None,
             BENCH_PROCRASTINATE_DSN=(
@@ -443,7 +449,7 @@ class Peers:
             run([*helper, "schema"], env)
             self._ready.add("procrastinate")
         run([*helper, "enqueue", count], env)
-        alias = alias_of("postgres", PROCRASTINATE_DB)
+        alias = alias_of("postgres", self.procrastinate_name)
         tidy(alias, "procrastinate_jobs")
         worker = [
             PEERS_VENV / "bin" / "procrastinate",
