@@ -18,6 +18,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -258,3 +259,28 @@ class PrivateMariaDB(PrivateServer):
             self.proc.kill()
             self.proc.wait()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def migrated_on(
+    server: PrivatePostgres | PrivateMariaDB, name: str
+) -> Iterator[PrivatePostgres | PrivateMariaDB]:
+    """Django's default connection (and the processes a test starts with its settings) on
+    database ``name`` of ``server``, started and migrated; put back and the server destroyed
+    on exit. For tests whose database must go down (``transactional_db``)."""
+    from django.core.management import call_command
+    from django.db import connection
+
+    saved = dict(connection.settings_dict)
+    try:
+        server.start()
+        server.create_database(name)
+        connection.close()
+        connection.settings_dict.update(server.settings(name))
+        call_command("migrate", run_syncdb=True, verbosity=0, interactive=False)
+        yield server
+    finally:
+        connection.close()
+        connection.settings_dict.clear()
+        connection.settings_dict.update(saved)
+        server.destroy()

@@ -18,7 +18,6 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
 
@@ -28,7 +27,7 @@ from django_tasks_coord.models import HealthCheck, Owner, Task
 from django_tasks_coord.scheduling import JOBS_TOPIC
 from django_tasks_coord.topics import register_internal_topic
 from tests.processes import ROOT, reap, subprocess_env, wait_for
-from tests.servers import PrivatePostgres, terminate_connections
+from tests.servers import PrivatePostgres, migrated_on, terminate_connections
 from tests.testapp.models import Run
 
 pytestmark = [
@@ -60,19 +59,8 @@ def private_postgres(transactional_db):
         server = PrivatePostgres()
     except (FileNotFoundError, subprocess.CalledProcessError) as exc:
         pytest.skip(f"no private PostgreSQL server can be started here: {exc}")
-    saved = dict(connection.settings_dict)
-    try:
-        server.start()
-        server.create_database("tasks_coord_restart")
-        connection.close()
-        connection.settings_dict.update(server.settings("tasks_coord_restart"))
-        call_command("migrate", run_syncdb=True, verbosity=0, interactive=False)
+    with migrated_on(server, "tasks_coord_restart"):
         yield server
-    finally:
-        connection.close()
-        connection.settings_dict.clear()
-        connection.settings_dict.update(saved)
-        server.destroy()
 
 
 def start_node(log: Path) -> subprocess.Popen[str]:

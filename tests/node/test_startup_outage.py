@@ -16,14 +16,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from django.core.management import call_command
 from django.db import connection
 
 from django_tasks_coord import queue
 from django_tasks_coord.enums import TaskState
 from django_tasks_coord.models import Owner, Task
 from tests.processes import ROOT, subprocess_env, wait_for
-from tests.servers import PrivateMariaDB, PrivatePostgres, PrivateServer
+from tests.servers import PrivateMariaDB, PrivatePostgres, PrivateServer, migrated_on
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -42,21 +41,10 @@ def private_server(transactional_db: None) -> Iterator[PrivateServer]:
         server = kind()
     except (FileNotFoundError, subprocess.CalledProcessError) as exc:
         pytest.skip(f"no private server can be started here: {exc}")
-    saved = dict(connection.settings_dict)
-    try:
-        server.start()
-        server.create_database("tasks_coord_startup")
-        connection.close()
-        connection.settings_dict.update(server.settings("tasks_coord_startup"))
-        call_command("migrate", run_syncdb=True, verbosity=0, interactive=False)
+    with migrated_on(server, "tasks_coord_startup"):
         queue.register_topic("work")
         connection.close()
         yield server
-    finally:
-        connection.close()
-        connection.settings_dict.clear()
-        connection.settings_dict.update(saved)
-        server.destroy()
 
 
 def start_node(log: Path) -> subprocess.Popen[str]:
