@@ -33,6 +33,8 @@ Scenarios (``--scenarios``, default all; each on ``--databases``, where it means
   (``tcpproxy.py``) that stops forwarding for ``--during`` s, then forwards again.
 - ``partition-tx``: the same, cut at a moment one of that node's sessions is inside a
   transaction (the server then holds its locks while the node cannot reach it).
+- ``partition-leader``: the same, the node cut off being the group's leader (it is started
+  first, behind the proxy, and leads before the others start).
 
 Measured (wall clock of this machine; nodes and servers run on it): the steady stream's
 completions (``fq`` and ``@task``) per second before, during and after the fault; **time
@@ -57,6 +59,10 @@ Usage::
     ./run bench faults                                   # every scenario, both databases
     python -m benchmarks.faults --scenarios restart,partition --databases postgres
     python -m benchmarks.faults --scenarios xmin --databases postgres --xmin-hold 300
+
+``--source DIR --label NAME`` runs the nodes from another copy of the package (a candidate
+fix; ``Cluster(source=...)``), stored as entries of their own; ``--render`` rewrites
+``faults.md`` from the JSON.
 
 Results: ``benchmarks/results/faults.json`` (one entry per scenario and database; entries
 not run now are kept) and ``faults.md``. Node logs stay in a temporary directory named in
@@ -101,6 +107,8 @@ NODES = 3
 JOBS_TOPIC = "tasks_coord.jobs"
 STEADY = ("fq", "default")
 LIVENESS = 3.0
+#: The documented latest return of a dead node's tasks with three nodes (docs/guarantees.md).
+WORST_RETURN = LIVENESS + 1.5 * min(3 * 1.0, max(1.0, 2 * LIVENESS))
 #: Seconds one steady task in ten works (in flight when a fault strikes).
 SLOW = 0.2
 SETTINGS = {
@@ -124,6 +132,7 @@ SCENARIOS: dict[str, tuple[str, ...]] = {
     "burst": ("postgres", "mysql"),
     "partition": ("postgres", "mysql"),
     "partition-tx": ("postgres", "mysql"),
+    "partition-leader": ("postgres", "mysql"),
 }
 
 
@@ -154,6 +163,7 @@ class Harness:
         self.cluster: Any = None
         self.proxy: Any = None
         self.node_count = 0
+        self.partitioned = ""  # the node behind the proxy
 
     # connections ------------------------------------------------------------------------
 
@@ -527,8 +537,12 @@ def open_transactions(h: Harness, ports: set[int]) -> int:
 def fault_partition(h: Harness, in_transaction: bool = False) -> dict[str, Any]:
     """Cut ``f3`` off for ``--during`` s; ``in_transaction``: at a moment one of its sessions
     is inside a transaction (paused, looked at, resumed at once if not, up to 200 tries)."""
-    node = h.cluster.nodes["f3"]
+    node = h.cluster.nodes[h.partitioned]
     owner = h.owner_of(node.pid)
+    from django_tasks_coord import coordination
+
+    holder = coordination.leader(GROUP)
+    leader = holder.node_id if holder else None
     tries, caught = 0, 0
     began = now()
     h.proxy.pause()
@@ -543,13 +557,14 @@ def fault_partition(h: Harness, in_transaction: bool = False) -> dict[str, Any]:
         began = now()
         h.proxy.pause()
     if owner is not None:
-        h.watch[owner] = {"at": began, "node": "f3", "kind": "partition"}
+        h.watch[owner] = {"at": began, "node": h.partitioned, "kind": "partition"}
     time.sleep(max(h.args.during - (now() - began), 0))  # the partition
     h.proxy.resume()
     return {
         "fault_start": began,
         "fault_end": now(),
-        "partitioned": "f3",
+        "partitioned": h.partitioned,
+        "leader_when_cut": leader,
         "owner": owner,
         "sessions_in_transaction": caught,
         "tries": tries,
@@ -567,6 +582,7 @@ FAULTS: dict[str, Callable[[Harness], dict[str, Any]]] = {
     "burst": fault_burst,
     "partition": fault_partition,
     "partition-tx": lambda h: fault_partition(h, in_transaction=True),
+    "partition-leader": fault_partition,
 }
 
 
@@ -624,13 +640,25 @@ def measure(h: Harness, scenario: str, env: dict[str, str]) -> dict[str, Any]:
     scheduling.schedule_recurring(
         "benchmarks.faultapp.work.fenced", 0.5, job_id="fenced", group=GROUP, leader_only=True
     )
-    h.cluster = Cluster(env, logs=h.logs, new_session=True)
+    source = Path(h.args.source).resolve() if h.args.source else None
+    h.cluster = Cluster(env, logs=h.logs, new_session=True, source=source)
+    cut = None
+    if scenario.startswith("partition"):
+        h.proxy = PausableProxy(h.config["HOST"], int(h.config["PORT"]))
+        cut = {"BENCH_DATABASE": json.dumps({**h.config, "PORT": str(h.proxy.start())})}
     for number in range(NODES):
-        extra = None
-        if scenario.startswith("partition") and number == NODES - 1:
-            h.proxy = PausableProxy(h.config["HOST"], int(h.config["PORT"]))
-            extra = {"BENCH_DATABASE": json.dumps({**h.config, "PORT": str(h.proxy.start())})}
-        h.start_node(extra)
+        # partition-leader: the first node, behind the proxy, leads before the others start
+        behind = number == (0 if scenario == "partition-leader" else NODES - 1)
+        node = h.start_node(cut if cut and behind else None)
+        if cut and behind:
+            h.partitioned = node.name
+        if scenario == "partition-leader" and number == 0:
+            h.cluster.wait_for(
+                lambda name=node.name: getattr(coordination.leader(GROUP), "node_id", None) == name,
+                "the first node's lead",
+                timeout=60,
+                every=0.2,
+            )
     h.pushing.set()
     h.spawn(h.poller, "poller")
     h.spawn(h.pusher, "pusher")
@@ -672,7 +700,7 @@ def measure(h: Harness, scenario: str, env: dict[str, str]) -> dict[str, Any]:
         exit_codes=codes,
         push_errors=h.push_errors,
         logs=str(h.logs),
-        revision=git_revision(),
+        revision=git_revision() if not h.args.source else f"nodes from {h.args.source}",
         when=datetime.now(UTC).isoformat(timespec="seconds"),
         load=load_average(),
         settings=SETTINGS,
@@ -781,6 +809,15 @@ def analyse(
         .count()
     )
     fenced_twice = FencedRun.objects.values("slot").annotate(n=Count("id")).filter(n__gt=1).count()
+    commits = sorted(
+        t.timestamp()
+        for t in FencedRun.objects.filter(recorded_at__isnull=False).values_list(
+            "recorded_at", flat=True
+        )
+    )
+    window = [t for t in commits if fs - 2 <= t <= phases["after_end"]]
+    gaps = [b - a for a, b in zip([fs - 2, *window], [*window, phases["after_end"]], strict=True)]
+    fenced_gap = round(max(gaps), 2) if gaps else None
     executions = read_executions(h)
     per_key = Counter((kind, key) for _, _, kind, key, _ in executions)
     repeated = Counter(kind for (kind, _), n in per_key.items() if n > 1)
@@ -817,6 +854,7 @@ def analyse(
             "after": round(phases["after_end"] - fe, 1),
         },
         "recovered_s": recovered,
+        "fenced_gap_s": fenced_gap,
         "caught_up_s": caught_up,
         "claim_latency": {
             "before": latency(claimed, start, fs),
@@ -879,12 +917,23 @@ def main() -> int:
     parser.add_argument("--burst", type=int, default=100_000)
     parser.add_argument("--rate", type=int, default=100, help="steady queue tasks per second")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--source",
+        default="",
+        help="run the nodes from this directory's django_tasks_coord (e.g. a candidate fix)",
+    )
+    parser.add_argument("--label", default="", help="a name for the --source entries")
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--render", action="store_true", help="rewrite faults.md from the JSON")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--output", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         return child(args)
+    if args.render:
+        stored = json.loads((RESULTS / "faults.json").read_text())
+        (RESULTS / "faults.md").write_text(markdown(stored))
+        return 0
     scenarios = [s for s in args.scenarios.split(",") if s]
     unknown = set(scenarios) - set(SCENARIOS)
     if unknown:
@@ -895,6 +944,7 @@ def main() -> int:
     passthrough = [
         f"--{name.replace('_', '-')}={getattr(args, name)}"
         for name in (
+            "source",
             "before",
             "during",
             "after",
@@ -939,6 +989,9 @@ def main() -> int:
             key = f"{scenario}/{vendor}"
             if scenario == "xmin":
                 key += f"/{int(args.xmin_hold)}s"
+            if args.source:
+                key += f"/{args.label or 'source'}"
+                result["source"] = {"path": args.source, "label": args.label}
             document["entries"][key] = result
             print("   " + summary_line(result), flush=True)
             failed |= any(result["invariants"].values()) or bool(result["nodes_exited_unasked"])
@@ -955,6 +1008,50 @@ def summary_line(r: dict[str, Any]) -> str:
         f"{r['recovered_s']}s, caught up {r['caught_up_s']}s, invariants {r['invariants']}, "
         f"log {r['log_lines']}"
     )
+
+
+def anchor(key: str, r: dict[str, Any]) -> str:
+    """The GitHub anchor of an entry's heading."""
+    extra = key.split("/")[2:]
+    title = f"{r['scenario']} on {r['database']}" + (f" ({', '.join(extra)})" if extra else "")
+    return "".join(c for c in title.lower().replace(" ", "-") if c.isalnum() or c in "-_")
+
+
+#: What a run found, under its table (the run's own figures say the rest).
+OVERFLOW = (
+    "Every node stopped itself: the heartbeat loop retried without back-off (the lifeline "
+    "wakes itself to register again), and after 1,024 failed attempts "
+    "`Backoff.delay` (`django_tasks_coord/db/reconnect.py`: `first * 2.0 ** (failures - 1)`) "
+    "raised `OverflowError`; the lifeline died (`ERROR ... A side task of the node died; "
+    "stopping the node.`), and each node exited once the database answered. Nothing was "
+    "lost, but every task pushed meanwhile waited for a node (*stuck*). A copy of the package "
+    "with the exponent capped survives the same fault: see the entry labelled *candidate fix*."
+)
+NOTES: dict[str, str] = {
+    "outage/postgres": OVERFLOW,
+    "outage/mysql": OVERFLOW,
+    "connections/mysql": OVERFLOW
+    + " Also: a connection refused for `max_connections` (MariaDB 1040, PostgreSQL "
+    "`too many clients`) is not taken for a lost connection (`connection_lost()`), so a "
+    "worker job raises (`ERROR ... A worker job raised`) and the completer gives its "
+    "outcomes up (`Completing N task(s) failed; they will expire`): they run again after "
+    "the liveness interval.",
+    "connections/postgres": "A connection refused for `max_connections` (`FATAL: sorry, too "
+    "many clients already`) is not taken for a lost connection (`connection_lost()`): a "
+    "worker job raised and the completer gave 3 outcomes up (`Completing 1 task(s) failed; "
+    "they will expire`), 11 tasks ran again after the liveness interval. The nodes survived "
+    "here (the heartbeat loop failed fewer than 1,024 times).",
+    "sigstop/postgres": "One leader-only run (slot 11:11:34.85) entered the job function "
+    "38 ms after SIGCONT, after its node had been declared dead: it had passed the node's "
+    "start check (`Execution.startable`) before the SIGSTOP landed, and was frozen between "
+    "the check and the call (the runner reads the job's row in between). Its fenced commit "
+    "was refused (`Not completing ... this node no longer leads under term 1`); the new "
+    "leader ran the slot. Code before `ctx.fenced()` ran twice: at least once, as promised, "
+    "but counted here because the start is after the declaration.",
+    "partition-tx/mysql": "The proxy never caught one of the node's MariaDB sessions inside "
+    "a transaction (200 tries: its statements autocommit and `innodb_trx` lists a session "
+    "only while it runs one), so this run is a plain partition that flapped for 30 s first.",
+}
 
 
 def _s(value: Any, unit: str = " s") -> str:
@@ -977,22 +1074,40 @@ def markdown(document: dict[str, Any]) -> str:
         "The machine is shared with other work (2 cores): rates are noisy, one run each.",
         "",
         f"Machine: {document.get('machine', '?')}.",
+        "",
+        "## Overview",
+        "",
+        "| scenario | database | before | during | after | recovered | lost | stuck | slot "
+        "twice | fenced twice | started after declared dead | nodes died | ERROR lines |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
+    for key, r in sorted(document["entries"].items()):
+        t, inv = r["throughput_per_s"], r["invariants"]
+        extra = key.split("/")[2:]
+        lines.append(
+            f"| [{r['scenario']}{' (' + ', '.join(extra) + ')' if extra else ''}]"
+            f"(#{anchor(key, r)}) | {r['database']} | {t['before']}/s | {_s(t['during'], '/s')} "
+            f"| {t['after']}/s | {_s(r['recovered_s'])} | {inv['lost']} | {inv['stuck']} | "
+            f"{inv['slot_submitted_twice']} | {inv['fenced_commit_twice']} | "
+            f"{inv['started_after_declared_dead']} | {len(r['nodes_exited_unasked'])} | "
+            f"{r['log_lines'].get('ERROR', 0)} |"
+        )
     for key, r in sorted(document["entries"].items()):
         t, inv, f = r["throughput_per_s"], r["invariants"], r["fault"]
         lat = r["claim_latency"]
         lines += [
             "",
             f"## {r['scenario']} on {r['database']}"
-            + (f" ({key.split('/')[2]})" if key.count("/") == 2 else ""),
+            + (f" ({', '.join(key.split('/')[2:])})" if key.count("/") >= 2 else ""),
             "",
             f"{r['when']}, commit {r['revision']}, {r['server']}, load {r['load']}, steady "
             f"rate {r['rate']}/s + {max(r['rate'] // 50, 1) * 10}/s `@task`; logs `{r['logs']}`.",
             "",
-            "| before | during | after | recovered | caught up | claim p95 before / during / after |",
-            "| ---: | ---: | ---: | ---: | ---: | ---: |",
+            "| before | during | after | recovered | caught up | longest gap between fenced "
+            "commits | claim p95 before / during / after |",
+            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
             f"| {t['before']}/s | {_s(t['during'], '/s')} | {t['after']}/s | "
-            f"{_s(r['recovered_s'])} | {_s(r['caught_up_s'])} | "
+            f"{_s(r['recovered_s'])} | {_s(r['caught_up_s'])} | {_s(r.get('fenced_gap_s'))} | "
             f"{lat['before'].get('p95_ms', '-')} / {lat['during'].get('p95_ms', '-')} / "
             f"{lat['after'].get('p95_ms', '-')} ms |",
             "",
@@ -1025,7 +1140,9 @@ def markdown(document: dict[str, Any]) -> str:
                 f"- Tasks of a {r['task_returns'][0]['kind']} node back in the queue after: "
                 + (
                     f"median {statistics.median(known)} s, max {max(known)} s "
-                    f"(bound: liveness {LIVENESS} s + sweep {SETTINGS['REAP_INTERVAL']} s)"
+                    f"(liveness + one sweep: {LIVENESS + SETTINGS['REAP_INTERVAL']} s; the "
+                    f"documented worst case with three nodes, liveness + 1.5 x "
+                    f"min(3 x sweep, max(sweep, 2 x liveness)): {WORST_RETURN} s)"
                     if known
                     else "never seen"
                 )
@@ -1033,6 +1150,8 @@ def markdown(document: dict[str, Any]) -> str:
             )
         if r["late_starts"]:
             lines.append(f"- Started after declared dead: {r['late_starts'][:3]}")
+        if NOTES.get(key):
+            lines += ["", f"**What it found.** {NOTES[key]}"]
     return "\n".join(lines) + "\n"
 
 
