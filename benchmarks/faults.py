@@ -1048,6 +1048,15 @@ NOTES: dict[str, str] = {
     "was refused (`Not completing ... this node no longer leads under term 1`); the new "
     "leader ran the slot. Code before `ctx.fenced()` ran twice: at least once, as promised, "
     "but counted here because the start is after the declaration.",
+    **{
+        f"{scenario}/{vendor}/candidate fix: back-off exponent capped": "The nodes ran from a "
+        "copy of the package at e8348bf with one line changed in "
+        "`django_tasks_coord/db/reconnect.py` (`Backoff.delay`: `2.0 ** min(self.failures - 1, "
+        "32)`), to show that this is what stops the nodes in the runs above. Not committed: "
+        "that file belongs to the reconnect work."
+        for scenario in ("outage", "connections")
+        for vendor in ("postgres", "mysql")
+    },
     "partition-tx/mysql": "The proxy never caught one of the node's MariaDB sessions inside "
     "a transaction (200 tries: its statements autocommit and `innodb_trx` lists a session "
     "only while it runs one), so this run is a plain partition that flapped for 30 s first.",
@@ -1071,7 +1080,9 @@ def markdown(document: dict[str, Any]) -> str:
         "the `--after` seconds following it, catch-up included). *Recovered*: end of the first",
         "1 s window after the fault completing 90% of the baseline. *Caught up*: the last task",
         "pushed before the end of the fault finished. Invariants are counts: 0 is the promise.",
-        "The machine is shared with other work (2 cores): rates are noisy, one run each.",
+        "The machine is shared with other work (2 cores, load 5-14 during the runs): rates are",
+        "noisy, one run each. The package at the commits measured (e8348bf, 6ba1737) is main's",
+        "7edcbf1 unchanged (only `benchmarks/` differs).",
         "",
         f"Machine: {document.get('machine', '?')}.",
         "",
