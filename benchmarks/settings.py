@@ -9,7 +9,8 @@ sets them):
 - ``BENCH_APP``: the benchmark app installed beside the package: ``benchapp`` (default: the
   ``noop`` and ``latency`` consumers), ``benchapp_idle`` (counts a node's SQL statements,
   for ``idle_load``), ``benchapp_profile`` (a node's CPU and statements, for
-  ``task_profile``), ``chaosapp`` (the leader-only job of ``chaos``) or ``none`` (the
+  ``task_profile``), ``chaosapp`` (the leader-only job of ``chaos``), ``faultapp`` (the workload of
+  ``faults``) or ``none`` (the
   package alone, for ``scheduling``: its job functions are imported by dotted path).
 - ``BENCH_SYSTEM``: ``coord`` (default: this project) or ``tasks_db`` (django-tasks-db's
   ``db_worker``, run from the peers' virtualenv, where this project is not installed).
@@ -36,6 +37,7 @@ APPS = {
     "benchapp_idle": "benchmarks.benchapp_idle",
     "benchapp_profile": "benchmarks.benchapp_profile.apps.ProfileBenchConfig",
     "chaosapp": "benchmarks.chaosapp",
+    "faultapp": "benchmarks.faultapp",
     "none": None,
 }
 SYSTEM = os.environ.get("BENCH_SYSTEM", "coord")
