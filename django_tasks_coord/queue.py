@@ -368,8 +368,17 @@ def complete_many(tasks: Sequence[Task], decision: Decision | Result | str) -> l
                 raise _claim_lost(task, "complete") from None
         raise TaskStateError("Cannot complete the batch: its tasks changed meanwhile.") from None
     for task in tasks:
+        ended = task.state  # CANCELED if a cancel was requested (store.claims.end_claims)
         for field, value in changes.items():
             setattr(task, field, value)
+        if ended == TaskState.CANCELED:
+            task.state = TaskState.CANCELED
+            task.message = (
+                Task.objects.using(db.alias())
+                .filter(pk=task.pk)
+                .values_list("message", flat=True)
+                .first()
+            )
     return tasks
 
 
@@ -401,8 +410,11 @@ def release(
         changes["attempts"] = max(task.attempts - 1, 0)
     if not claims.release(task, changes):
         raise _claim_lost(task, "release")
+    canceled = task.state == TaskState.CANCELED  # its cancel was requested: it ended
     for field, value in changes.items():
         setattr(task, field, value)
+    if canceled:
+        task.state = TaskState.CANCELED
     return task
 
 
@@ -416,13 +428,27 @@ def _canceled(message: str | None) -> dict[str, Any]:
 
 
 def cancel(task: Task, message: str | None = None) -> Task:
-    """Cancel a task that is not completed yet (CANCELED). A running consumer's completion is then refused."""
+    """Cancel a task that is not completed yet.
+
+    A task that is not running (PENDING, SUSPENDED, REQUESTED) is CANCELED at once. An
+    ACTIVE one is asked to stop: its ``cancel_requested_at`` is set (and ``message``), it
+    stays ACTIVE while its handler runs, and ends CANCELED however the handler ends
+    (:mod:`django_tasks_coord.running`: the node running it tells the handler within one
+    heartbeat). Cancelling it again changes nothing. Raises
+    :class:`TaskAlreadyCompletedError` if it is completed already.
+    """
     task = check_task(task)
     changes = _canceled(message)
-    if not claims.cancel(task, changes):
+    how = claims.cancel(task, changes)
+    if how is None:
         raise state_error(task, "cancel", "not completed (PENDING, REQUESTED or ACTIVE)")
-    for field, value in changes.items():
-        setattr(task, field, value)
+    if how == "canceled":
+        for field, value in changes.items():
+            setattr(task, field, value)
+    else:
+        task.state = TaskState.ACTIVE
+        if message is not None:
+            task.message = message
     return task
 
 
@@ -432,15 +458,16 @@ def cancel_many(
     *,
     states: Collection[TaskState] | None = None,
 ) -> list[Task]:
-    """Like :func:`cancel` for a batch, in one transaction: return the tasks canceled.
+    """Like :func:`cancel` for a batch, in one transaction: return the tasks canceled, or
+    (ACTIVE ones) asked to stop (their ``cancel_requested_at`` set).
 
     Tasks already completed (or, with ``states``, no longer in one of them) are left
     alone, and so are rows a node holds locked at that moment (it is claiming or
     completing them: ``SKIP LOCKED``); they are missing from the result.
     """
     changes = _canceled(message)
-    canceled = claims.cancel_many(tasks, changes, states)
+    canceled, requested = claims.cancel_many(tasks, changes, states)
     for task in canceled:
         for field, value in changes.items():
             setattr(task, field, value)
-    return canceled
+    return sorted([*canceled, *requested], key=lambda task: task.sequence)
