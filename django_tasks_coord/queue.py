@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -29,6 +29,7 @@ from django.db import IntegrityError
 from django.utils import timezone
 
 from django_tasks_coord import db, observers
+from django_tasks_coord.cancellation import cancel, cancel_many
 from django_tasks_coord.enums import (
     Condition,
     Decision,
@@ -79,7 +80,6 @@ from django_tasks_coord.validation import (
     check_priority,
     check_task,
     check_when,
-    state_error,
 )
 
 __all__ = [
@@ -416,58 +416,3 @@ def release(
     if canceled:
         task.state = TaskState.CANCELED
     return task
-
-
-def _canceled(message: str | None) -> dict[str, Any]:
-    return {
-        "state": TaskState.CANCELED,
-        "finished_at": timezone.now(),
-        "owner": None,
-        "message": message,
-    }
-
-
-def cancel(task: Task, message: str | None = None) -> Task:
-    """Cancel a task that is not completed yet.
-
-    A task that is not running (PENDING, SUSPENDED, REQUESTED) is CANCELED at once. An
-    ACTIVE one is asked to stop: its ``cancel_requested_at`` is set (and ``message``), it
-    stays ACTIVE while its handler runs, and ends CANCELED however the handler ends
-    (:mod:`django_tasks_coord.running`: the node running it tells the handler within one
-    heartbeat). Cancelling it again changes nothing. Raises
-    :class:`TaskAlreadyCompletedError` if it is completed already.
-    """
-    task = check_task(task)
-    changes = _canceled(message)
-    how = claims.cancel(task, changes)
-    if how is None:
-        raise state_error(task, "cancel", "not completed (PENDING, REQUESTED or ACTIVE)")
-    if how == "canceled":
-        for field, value in changes.items():
-            setattr(task, field, value)
-    else:
-        task.state = TaskState.ACTIVE
-        if message is not None:
-            task.message = message
-    return task
-
-
-def cancel_many(
-    tasks: Sequence[Task],
-    message: str | None = None,
-    *,
-    states: Collection[TaskState] | None = None,
-) -> list[Task]:
-    """Like :func:`cancel` for a batch, in one transaction: return the tasks canceled, or
-    (ACTIVE ones) asked to stop (their ``cancel_requested_at`` set).
-
-    Tasks already completed (or, with ``states``, no longer in one of them) are left
-    alone, and so are rows a node holds locked at that moment (it is claiming or
-    completing them: ``SKIP LOCKED``); they are missing from the result.
-    """
-    changes = _canceled(message)
-    canceled, requested = claims.cancel_many(tasks, changes, states)
-    for task in canceled:
-        for field, value in changes.items():
-            setattr(task, field, value)
-    return sorted([*canceled, *requested], key=lambda task: task.sequence)

@@ -53,6 +53,7 @@ from django_tasks_coord import db
 from django_tasks_coord.conf import app_settings
 from django_tasks_coord.exceptions import InvalidArgumentError, ProgressError, TaskCanceledError
 from django_tasks_coord.models import Task
+from django_tasks_coord.store import progress as store_progress
 
 __all__ = [
     "Run",
@@ -279,6 +280,4 @@ def report_progress(value: Any, task: Task | None = None) -> None:
             "report_progress outside a handler the node runs needs the task: "
             "report_progress(value, task)."
         )
-    from django_tasks_coord.store import progress
-
-    progress.write([(task, value)])
+    store_progress.write([(task, value)])

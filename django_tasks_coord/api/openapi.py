@@ -183,12 +183,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "/{task_id}/notify",
         "Heartbeat: the in-progress timeout starts again; report progress, learn of a cancel.",
         (EXECUTE,),
-        {
-            200: (
-                "The task, with its new deadline; `cancel_requested` true: stop and report.",
-                "Task",
-            )
-        }
+        {200: ("The task, with its new deadline; `cancel_requested`: stop, report.", "Task")}
         | _BODY
         | _AUTH
         | _TASK_ID
@@ -328,13 +323,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "/{task_id}/cancel",
         "Cancel a task that is not done; an in-progress one is asked to stop.",
         (SUBMIT,),
-        {
-            200: (
-                "The task: done and canceled; or, in progress, still in progress with "
-                "`cancel_requested` true.",
-                "Task",
-            )
-        }
+        {200: ("The task: done and canceled, or in progress and `cancel_requested`.", "Task")}
         | _AUTH
         | _TASK_ID
         | {409: ("The task is already done.", "Error")},

@@ -156,3 +156,28 @@ def test_a_django_task_sees_the_cancel_through_its_context(make_node, transactio
     assert (result.progress, result.cancel_requested) == ({"waiting": True}, True)
     row = Task.objects.get(identifier=result.id)
     assert (row.state, row.attempts, row.message) == (TaskState.CANCELED, 1, "enough")
+
+
+def test_every_end_of_a_claim_ends_a_canceled_task_canceled(transactional_db, work_topic):
+    """Retry release, a dead owner's sweep, a fenced job run's last step: never PENDING
+    again, never SUCCEEDED, once a cancel was requested."""
+    from datetime import timedelta
+
+    from django_tasks_coord import owners, store
+
+    owner = queue.register_owner("dying")
+    queue.push_many("work", [("released", None), ("expired", None), ("fenced", None)])
+    released, expired, fenced = queue.poll("work", 3, owner=owner)
+    for task in (released, expired, fenced):
+        queue.cancel(Task.objects.get(pk=task.pk), "stop")
+    assert queue.release(released, execute_at=None).state == TaskState.CANCELED
+    assert store.succeed_held_run(fenced, finished_at=fenced.created_at) is True
+    assert fenced.state == TaskState.CANCELED
+    assert [t.pk for t in owners.expire(timedelta(0))] == [expired.pk]
+    rows = Task.objects.order_by("sequence").values_list("identifier", "state", "message")
+    assert list(rows) == [
+        ("released", TaskState.CANCELED, "stop"),
+        ("expired", TaskState.CANCELED, "stop"),
+        ("fenced", TaskState.CANCELED, "stop"),
+    ]
+    assert Task.objects.filter(finished_at__isnull=True).count() == 0
