@@ -34,7 +34,7 @@ def _canceled(message: str | None) -> dict[str, Any]:
 def cancel(task: Task, message: str | None = None) -> Task:
     """Cancel a task that is not completed yet.
 
-    A task that is not running (PENDING, SUSPENDED, REQUESTED) is CANCELED at once. An
+    A task that is not running (PENDING, REQUESTED) is CANCELED at once. An
     ACTIVE one is asked to stop: its ``cancel_requested_at`` is set (and ``message``), it
     stays ACTIVE while its handler runs, and ends CANCELED however the handler ends
     (:mod:`django_tasks_coord.running`: the node running it tells the handler within one

@@ -117,6 +117,8 @@ class Runs:
             with self._lock:
                 for run in runs:
                     run.alive = False
+                    if run.canceled.is_set():  # until the node settled it (forget)
+                        self._requested.add(run.task.pk)
                     if not run.dirty and self._runs.get(run.task.pk) is run:
                         del self._runs[run.task.pk]
 

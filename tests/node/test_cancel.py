@@ -181,3 +181,22 @@ def test_every_end_of_a_claim_ends_a_canceled_task_canceled(transactional_db, wo
         ("fenced", TaskState.CANCELED, "stop"),
     ]
     assert Task.objects.filter(finished_at__isnull=True).count() == 0
+
+
+def test_a_canceled_handler_that_fails_otherwise_is_not_retried(make_node, work_topic):
+    started = threading.Event()
+
+    def fails(task: Task) -> None:
+        started.set()
+        _wait_for(running.cancel_requested)
+        raise RuntimeError("gave up on my own terms")
+
+    handlers.register("work", fails, retry=RetryPolicy(max_attempts=5, retry_interval=0))
+    task = queue.push("work", "x")
+    thread = _cancel_when_running(task.pk, started)
+    node = make_node()
+    run(node)
+    thread.join()
+    task.refresh_from_db()
+    assert (task.state, task.attempts) == (TaskState.CANCELED, 1)
+    assert node.stats["retried"] == 0 and node.stats["failed"] == 0
