@@ -118,10 +118,12 @@ def cancelled_while_running(context):
 
 @task(takes_context=True, max_attempts=3)
 def waits_for_cancel(context):
-    """Reports progress, then loops (up to 30 s) until it is canceled."""
+    """Reports progress, then loops (up to 30 s) until it is canceled; reports that it saw it."""
     context.report_progress({"waiting": True})
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        context.raise_if_canceled()
+        if context.cancel_requested():
+            context.report_progress({"saw the cancel": True})
+            context.raise_if_canceled()
         time.sleep(0.01)
     return "never canceled"

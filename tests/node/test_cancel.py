@@ -153,7 +153,7 @@ def test_a_django_task_sees_the_cancel_through_its_context(make_node, transactio
     assert (asked[0].status, asked[0].cancel_requested) == (TaskResultStatus.RUNNING, True)
     result = backend.get_result(result.id)  # a CoordTaskResult
     assert result.status == TaskResultStatus.FAILED
-    assert (result.progress, result.cancel_requested) == ({"waiting": True}, True)
+    assert (result.progress, result.cancel_requested) == ({"saw the cancel": True}, True)
     row = Task.objects.get(identifier=result.id)
     assert (row.state, row.attempts, row.message) == (TaskState.CANCELED, 1, "enough")
 
