@@ -123,9 +123,7 @@ def _setting_problems(values: dict[str, Any]) -> list[str]:
         value = values[key]
         if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
             problems.append(f"{key} must be a positive number of seconds, not {value!r}.")
-    batch = values["RETENTION_BATCH_SIZE"]
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        problems.append(f"RETENTION_BATCH_SIZE must be an int of at least 1, not {batch!r}.")
+    problems.extend(_count_problems(values))
     problems.extend(_metrics_problems(values))
     node_values = {
         key.lower(): values[key]
@@ -149,6 +147,21 @@ def _setting_problems(values: dict[str, Any]) -> list[str]:
         problems.append(str(exc))
     except TypeError as exc:  # e.g. a str compared with a number
         problems.append(f"a node setting has the wrong type: {exc}.")
+    return problems
+
+
+def _count_problems(values: dict[str, Any]) -> list[str]:
+    """Batch sizes and the progress of running tasks (``PROGRESS_MAX_BYTES``, ``PROGRESS_INTERVAL``)."""
+    problems = []
+    for key in ("RETENTION_BATCH_SIZE", "PROGRESS_MAX_BYTES"):
+        value = values[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            problems.append(f"{key} must be an int of at least 1, not {value!r}.")
+    interval = values["PROGRESS_INTERVAL"]
+    if isinstance(interval, bool) or not isinstance(interval, int | float) or interval < 0:
+        problems.append(
+            f"PROGRESS_INTERVAL must be a non-negative number of seconds, not {interval!r}."
+        )
     return problems
 
 

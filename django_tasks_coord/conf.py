@@ -100,6 +100,11 @@ DEFAULTS: dict[str, Any] = {
     "METRICS_PORT": None,
     # runscheduler: the address the node's metrics server listens on.
     "METRICS_ADDRESS": "0.0.0.0",
+    # Progress reports of running tasks (django_tasks_coord.running.report_progress): the
+    # largest value, in bytes of compact JSON; and the fewest seconds between two writes of
+    # one task's progress (reports in between are coalesced: the last one is written).
+    "PROGRESS_MAX_BYTES": 4096,
+    "PROGRESS_INTERVAL": 1.0,
     # HTTP API: the longest wait (seconds) a long-poll may ask for.
     "LONG_POLL_MAX_TIMEOUT": 60.0,
     # HTTP API: seconds between a waiting long-poll's checks where no NOTIFY wakes it.

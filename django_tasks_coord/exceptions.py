@@ -243,3 +243,22 @@ class TaskTimeoutError(TasksCoordError, TimeoutError):
     instruction (a blocking C call finishes first). Raise the timeout or make the task
     do less per call.
     """
+
+
+class TaskCanceledError(TasksCoordError):
+    """A cancel was requested for the task that is running (``queue.cancel``, the admin,
+    ``manage.py tasks_coord cancel``, the executor API).
+
+    Raised by :func:`django_tasks_coord.running.raise_if_canceled` and
+    :func:`~django_tasks_coord.running.report_progress` (the checkpoints) inside a
+    handler whose task was asked to stop. Let it propagate (or raise it yourself after
+    cleaning up): the task ends CANCELED and is not retried. Catching it and returning
+    changes nothing: a task whose cancel was requested ends CANCELED however its handler
+    ends.
+    """
+
+
+class ProgressError(InvalidArgumentError):
+    """A progress value is not JSON, or is larger than ``TASKS_COORD["PROGRESS_MAX_BYTES"]``
+    once serialized (4096 by default). Report a small summary (a percentage, counts, a
+    stage name), not data."""

@@ -35,6 +35,7 @@ from django_tasks_coord.enums import TaskState
 from django_tasks_coord.exceptions import TasksCoordError
 from django_tasks_coord.execution_states import (
     OutcomeReason,
+    canceled,
     check_exec_id,
     check_state,
     failure,
@@ -134,6 +135,8 @@ def _accept(
             else OutcomeReason.FAILED_BY_EXECUTOR
         )
         changes = failure(task, definition, now, reason, error=report.error, retry=report.retry)
+    if task.cancel_requested_at is not None:  # canceled, never succeeded nor retried
+        changes = canceled(task, now)
     for name, value in changes.items():
         setattr(task, name, value)
     completion.task = task

@@ -36,6 +36,7 @@ __all__ = [
     "Outcome",
     "OutcomeReason",
     "Status",
+    "canceled",
     "check_exec_id",
     "check_state",
     "close_attempt",
@@ -153,6 +154,20 @@ def close_attempt(task: Task, now: datetime, outcome: str, reason: str) -> None:
         ended = Attempt.from_json(log[-1]).end(outcome, now=now, reason=str(reason) or None)
         log[-1] = ended.to_json()
     task.attempt_log = log
+
+
+def canceled(task: Task, now: datetime) -> dict[str, Any]:
+    """The changes that end ``task``, in progress, canceled: its cancel was requested, and
+    whatever its executor reports now (a success, a failure) or a timeout ends it so."""
+    close_attempt(task, now, "canceled", OutcomeReason.CANCELED)
+    return {
+        "state": TaskState.CANCELED,
+        "outcome_reason": OutcomeReason.CANCELED,
+        "finished_at": now,
+        "deadline": None,
+        "owner": None,
+        "attempt_log": task.attempt_log,
+    }
 
 
 def lock(task_id: int, exec_id: uuid.UUID | str | None = None) -> Task:

@@ -44,18 +44,18 @@ from typing import Any
 from django.db.models import Min, QuerySet
 from django.utils import timezone
 
-from django_tasks_coord import db, definitions
+from django_tasks_coord import db, definitions, running
 from django_tasks_coord.attempts import Attempt
 from django_tasks_coord.definitions import Definition
-from django_tasks_coord.enums import TaskState
+from django_tasks_coord.enums import UNSET, TaskState
 from django_tasks_coord.exceptions import InvalidArgumentError
 from django_tasks_coord.execution_states import (
     OUTCOME_FILTERS,
     Outcome,
     OutcomeReason,
     Status,
+    canceled,
     check_state,
-    close_attempt,
     coerce,
     done_error,
     failure,
@@ -206,14 +206,22 @@ def create(
 
 
 def cancel(task_id: int, *, now: datetime | None = None) -> Task:
-    """Cancel a task that is not done yet; a running executor's later calls are then refused."""
+    """Cancel a task that is not done yet.
+
+    A task that is not in progress is done (canceled) at once; a requested one's
+    executor is then refused. An in-progress task is asked to stop: its
+    ``cancel_requested_at`` is set, its executor learns it in the answer to its next
+    :func:`notify` (``cancel_requested``), and it ends canceled whatever the executor
+    reports next (success or failure), or at its in-progress timeout.
+    """
     now = _now(now)
     with db.write_transaction():
         task = lock(task_id)
         if task.is_completed:
             raise done_error(task, "cancel", now)
         if task.state == TaskState.ACTIVE:
-            close_attempt(task, now, "canceled", OutcomeReason.CANCELED)
+            claims.request_cancel([task], None)
+            return task
         changes = {
             "state": TaskState.CANCELED,
             "outcome_reason": OutcomeReason.CANCELED,
@@ -279,12 +287,27 @@ def start(task_id: int, exec_id: uuid.UUID | str, *, now: datetime | None = None
     return task
 
 
-def notify(task_id: int, exec_id: uuid.UUID | str, *, now: datetime | None = None) -> Task:
-    """Heartbeat of an in-progress task: its in-progress timeout starts again from ``now``."""
+def notify(
+    task_id: int,
+    exec_id: uuid.UUID | str,
+    *,
+    progress: Any = UNSET,
+    now: datetime | None = None,
+) -> Task:
+    """Heartbeat of an in-progress task: its in-progress timeout starts again from ``now``.
+
+    ``progress`` (a small JSON value, :func:`django_tasks_coord.running.check_progress`)
+    is stored with it as ``Task.progress``. The task returned says whether a cancel was
+    requested (``cancel_requested_at``): the executor should then stop and report.
+    """
     now = _now(now)
+    changes: dict[str, Any] = {}
+    if progress is not UNSET:
+        changes["progress"] = running.check_progress(progress)
     with db.write_transaction():
         task, definition = _held(task_id, exec_id, TaskState.ACTIVE, "notify", "in progress", now)
-        report(task, TaskState.ACTIVE, deadline=now + _seconds(definition.in_progress_timeout))
+        deadline = now + _seconds(definition.in_progress_timeout)
+        report(task, TaskState.ACTIVE, deadline=deadline, **changes)
     return task
 
 
@@ -299,7 +322,10 @@ def succeed(
             task_id, exec_id, TaskState.ACTIVE, "report the success of", "in progress", now
         )
         definition.validate("result", result)
-        report(task, TaskState.ACTIVE, **success(task, result, now))
+        if task.cancel_requested_at is not None:  # canceled, never succeeded
+            report(task, TaskState.ACTIVE, **canceled(task, now))
+        else:
+            report(task, TaskState.ACTIVE, **success(task, result, now))
         handout.freed_a_slot(task, definition)
     return task
 
@@ -339,10 +365,13 @@ def _end_attempt(
     error: Any,
     retry: bool = True,
 ) -> None:
-    """Retry the failed attempt of ``task`` after the retry delay, or fail the task for good."""
-    report(
-        task, TaskState.ACTIVE, **failure(task, definition, now, reason, error=error, retry=retry)
-    )
+    """Retry the failed attempt of ``task`` after the retry delay, or fail the task for good;
+    end it canceled instead if its cancel was requested."""
+    if task.cancel_requested_at is not None:
+        report(task, TaskState.ACTIVE, **canceled(task, now))
+    else:
+        changes = failure(task, definition, now, reason, error=error, retry=retry)
+        report(task, TaskState.ACTIVE, **changes)
     handout.freed_a_slot(task, definition)
 
 

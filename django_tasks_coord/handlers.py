@@ -36,7 +36,7 @@ from typing import Any, ClassVar
 from django.utils import timezone
 from django.utils.module_loading import autodiscover_modules, import_string
 
-from django_tasks_coord import observers, tracing
+from django_tasks_coord import observers, running, tracing
 from django_tasks_coord.enums import Decision, ErrorPolicy, Result, WaitingPolicy
 from django_tasks_coord.exceptions import InvalidArgumentError, TasksCoordError
 from django_tasks_coord.models import Task
@@ -151,7 +151,7 @@ class TaskType:
                 delay = (now - due).total_seconds() if due is not None else 0.0
                 observers.started(task, max(delay, 0.0))
             begun = time.monotonic()
-        with tracing.consuming(tasks) as span:
+        with tracing.consuming(tasks) as span, running.only(tasks):
             outcome = call(tasks if self.batch else tasks[0])
             decisions = outcome if isinstance(outcome, list) else [outcome]
             span.finished(decisions)

@@ -14,12 +14,14 @@ import socket
 import uuid
 from datetime import timedelta
 
-from django.db import IntegrityError, models
+from django.db import IntegrityError, connections, models, transaction
 from django.db.models import Count
 from django.db.models.functions import Now
+from django.db.models.sql import UpdateQuery
 
 from django_tasks_coord import db
 from django_tasks_coord.conf import app_settings
+from django_tasks_coord.enums import TaskState
 from django_tasks_coord.exceptions import DuplicateOwnerError, InvalidArgumentError
 from django_tasks_coord.models import Owner, Task
 from django_tasks_coord.store.claims import return_to_queue
@@ -78,6 +80,48 @@ def heartbeat(owner: Owner) -> bool:
     """Refresh ``owner``'s heartbeat. False means the owner was declared dead (its row is gone)."""
     updated = Owner.objects.using(db.alias()).filter(pk=owner.pk).update(heartbeat=Now())
     return updated == 1
+
+
+def beat(owner: Owner, *, read: bool = True) -> tuple[bool, int | None]:
+    """Refresh ``owner``'s heartbeat and read its ``cancel_requests`` count in the same round
+    trip where the database allows it; return (alive, count).
+
+    ``alive`` is False if the owner was declared dead (its row is gone). PostgreSQL and
+    SQLite 3.35+ answer the count with the ``UPDATE`` (``RETURNING``); elsewhere (MariaDB,
+    MySQL) it takes a ``SELECT`` of the row, made only when ``read`` (the node runs tasks),
+    and the count is None otherwise. The count only grows: a change since the last beat
+    means that a cancel of a task the owner holds was requested
+    (:func:`cancel_requested_tasks`).
+    """
+    using = db.alias()
+    conn = connections[using]
+    if db.claim_statement(conn) == db.CLAIM_RETURNING:
+        query = UpdateQuery(Owner)
+        query.add_update_values({"heartbeat": Now()})
+        query.add_q(models.Q(pk=owner.pk))
+        sql, params = query.get_compiler(using).as_sql()
+        column = conn.ops.quote_name("cancel_requests")
+        with transaction.mark_for_rollback_on_error(using), conn.cursor() as cursor:
+            cursor.execute(f"{sql} RETURNING {column}", params)
+            row = cursor.fetchone()
+        return (False, None) if row is None else (True, int(row[0]))
+    if not heartbeat(owner):
+        return False, None
+    if not read:
+        return True, None
+    count = (
+        Owner.objects.using(using).filter(pk=owner.pk).values_list("cancel_requests", flat=True)
+    ).first()
+    return count is not None, count
+
+
+def cancel_requested_tasks(owner: Owner) -> list[int]:
+    """The ACTIVE tasks ``owner`` holds whose cancel was requested (their sequences)."""
+    return list(
+        Task.objects.using(db.alias())
+        .filter(owner_id=owner.pk, state=TaskState.ACTIVE, cancel_requested_at__isnull=False)
+        .values_list("pk", flat=True)
+    )
 
 
 def unregister_owner(owner: Owner) -> list[Task]:

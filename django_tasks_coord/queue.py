@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -29,6 +29,7 @@ from django.db import IntegrityError
 from django.utils import timezone
 
 from django_tasks_coord import db, observers
+from django_tasks_coord.cancellation import cancel, cancel_many
 from django_tasks_coord.enums import (
     Condition,
     Decision,
@@ -79,7 +80,6 @@ from django_tasks_coord.validation import (
     check_priority,
     check_task,
     check_when,
-    state_error,
 )
 
 __all__ = [
@@ -368,8 +368,17 @@ def complete_many(tasks: Sequence[Task], decision: Decision | Result | str) -> l
                 raise _claim_lost(task, "complete") from None
         raise TaskStateError("Cannot complete the batch: its tasks changed meanwhile.") from None
     for task in tasks:
+        ended = task.state  # CANCELED if a cancel was requested (store.claims.end_claims)
         for field, value in changes.items():
             setattr(task, field, value)
+        if ended == TaskState.CANCELED:
+            task.state = TaskState.CANCELED
+            task.message = (
+                Task.objects.using(db.alias())
+                .filter(pk=task.pk)
+                .values_list("message", flat=True)
+                .first()
+            )
     return tasks
 
 
@@ -401,46 +410,9 @@ def release(
         changes["attempts"] = max(task.attempts - 1, 0)
     if not claims.release(task, changes):
         raise _claim_lost(task, "release")
+    canceled = task.state == TaskState.CANCELED  # its cancel was requested: it ended
     for field, value in changes.items():
         setattr(task, field, value)
+    if canceled:
+        task.state = TaskState.CANCELED
     return task
-
-
-def _canceled(message: str | None) -> dict[str, Any]:
-    return {
-        "state": TaskState.CANCELED,
-        "finished_at": timezone.now(),
-        "owner": None,
-        "message": message,
-    }
-
-
-def cancel(task: Task, message: str | None = None) -> Task:
-    """Cancel a task that is not completed yet (CANCELED). A running consumer's completion is then refused."""
-    task = check_task(task)
-    changes = _canceled(message)
-    if not claims.cancel(task, changes):
-        raise state_error(task, "cancel", "not completed (PENDING, REQUESTED or ACTIVE)")
-    for field, value in changes.items():
-        setattr(task, field, value)
-    return task
-
-
-def cancel_many(
-    tasks: Sequence[Task],
-    message: str | None = None,
-    *,
-    states: Collection[TaskState] | None = None,
-) -> list[Task]:
-    """Like :func:`cancel` for a batch, in one transaction: return the tasks canceled.
-
-    Tasks already completed (or, with ``states``, no longer in one of them) are left
-    alone, and so are rows a node holds locked at that moment (it is claiming or
-    completing them: ``SKIP LOCKED``); they are missing from the result.
-    """
-    changes = _canceled(message)
-    canceled = claims.cancel_many(tasks, changes, states)
-    for task in canceled:
-        for field, value in changes.items():
-            setattr(task, field, value)
-    return canceled

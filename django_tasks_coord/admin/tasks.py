@@ -136,6 +136,7 @@ class TaskAdmin(ServiceActionsAdmin):
                     ("label", "requester"),
                     ("handler", "priority", "concurrency_key"),
                     ("owner", "exec_id", "attempts"),
+                    ("progress_json", "cancel_requested_at"),
                 )
             },
         ),
@@ -178,6 +179,8 @@ class TaskAdmin(ServiceActionsAdmin):
         "owner",
         "exec_id",
         "attempts",
+        "progress_json",
+        "cancel_requested_at",
         "payload_json",
         "message",
         "result_json",
@@ -215,6 +218,11 @@ class TaskAdmin(ServiceActionsAdmin):
     @admin.display(description=_("payload"))
     def payload_json(self, obj: Task) -> Any:
         return _pretty_json(obj.payload)
+
+    @admin.display(description=_("progress"))
+    def progress_json(self, obj: Task) -> Any:
+        """What its handler last reported (``running.report_progress``, an executor's notify)."""
+        return _pretty_json(obj.progress)
 
     @admin.display(description=_("result"))
     def result_json(self, obj: Task) -> Any:
@@ -317,5 +325,6 @@ class TaskAdmin(ServiceActionsAdmin):
 
     @admin.action(description=_("Cancel"), permissions=["cancel"])
     def cancel(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
-        """Cancel tasks that are not completed yet (``queue.cancel``)."""
+        """Cancel tasks that are not completed yet (``queue.cancel``): running ones are
+        asked to stop, and end CANCELED once their handlers return."""
         run_service(self, request, queryset.iterator(), queue.cancel, "Canceled")

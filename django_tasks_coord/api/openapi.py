@@ -181,10 +181,19 @@ OPERATIONS: tuple[Operation, ...] = (
         "notify",
         "post",
         "/{task_id}/notify",
-        "Heartbeat: the in-progress timeout starts again.",
+        "Heartbeat: the in-progress timeout starts again; report progress, learn of a cancel.",
         (EXECUTE,),
-        {200: ("The task, with its new deadline.", "Task")} | _BODY | _AUTH | _TASK_ID | _CONFLICT,
-        request="ExecRequest",
+        {200: ("The task, with its new deadline; `cancel_requested`: stop, report.", "Task")}
+        | _BODY
+        | _AUTH
+        | _TASK_ID
+        | _CONFLICT,
+        request="NotifyRequest",
+        description="Call it more often than the in-progress timeout. With `progress`, "
+        "the task's progress is stored (the task read shows it). When a user cancels the "
+        "task while it runs, the answer carries `cancel_requested: true`: stop the work and "
+        "call success or fail; the task ends canceled whatever you report (or at its "
+        "in-progress timeout if you report nothing).",
         links=_IN_PROGRESS,
     ),
     Operation(
@@ -312,12 +321,16 @@ OPERATIONS: tuple[Operation, ...] = (
         "cancel",
         "post",
         "/{task_id}/cancel",
-        "Cancel a task that is not done; its executor's later calls are refused.",
+        "Cancel a task that is not done; an in-progress one is asked to stop.",
         (SUBMIT,),
-        {200: ("The task, done and canceled.", "Task")}
+        {200: ("The task: done and canceled, or in progress and `cancel_requested`.", "Task")}
         | _AUTH
         | _TASK_ID
         | {409: ("The task is already done.", "Error")},
+        description="A task that is not in progress ends canceled at once, and a requested "
+        "task's executor is refused from then on. An in-progress task is asked to stop: its "
+        "executor learns it in the answer to its next notify, and the task ends canceled "
+        "whatever the executor reports next (or at its in-progress timeout).",
         tags=("users",),
     ),
     Operation(

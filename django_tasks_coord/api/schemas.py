@@ -106,6 +106,16 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                 "without tracing): start your spans under it, and send a `traceparent` header "
                 "with start, notify and outcome calls so that they join the trace.",
             },
+            "cancel_requested": {
+                "type": "boolean",
+                "description": "A user canceled the task while it was in progress: its "
+                "executor should stop and report (success or fail). It ends canceled whatever "
+                "it reports, or at its in-progress timeout. The answer to notify carries it.",
+            },
+            "progress": {
+                "description": "The progress its executor last reported with notify (any "
+                "small JSON value), or null.",
+            },
         },
         "required": [
             "id",
@@ -127,6 +137,8 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "created_at",
             "started_at",
             "finished_at",
+            "cancel_requested",
+            "progress",
         ],
     },
     "Tasks": {
@@ -309,6 +321,18 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "ExecRequest": {
         "type": "object",
         "properties": {"exec_id": UUID},
+        "required": ["exec_id"],
+        "additionalProperties": False,
+    },
+    "NotifyRequest": {
+        "type": "object",
+        "properties": {
+            "exec_id": UUID,
+            "progress": {
+                "description": "How far the execution got (any JSON value of at most "
+                "PROGRESS_MAX_BYTES bytes, 4096 by default), stored as the task's `progress`.",
+            },
+        },
         "required": ["exec_id"],
         "additionalProperties": False,
     },

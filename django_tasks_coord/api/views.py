@@ -34,6 +34,7 @@ from django_tasks_coord.api.handling import (
     without_body_for_head,
 )
 from django_tasks_coord.api.longpoll import first_attempt, long_poll
+from django_tasks_coord.enums import UNSET
 from django_tasks_coord.exceptions import InvalidArgumentError
 from django_tasks_coord.models import Task
 
@@ -82,6 +83,8 @@ def task_json(task: Task, now: datetime | None = None) -> dict[str, Any]:
         "started_at": _iso(task.started_at),
         "finished_at": _iso(task.finished_at),
         "traceparent": task.traceparent,
+        "cancel_requested": task.cancel_requested_at is not None,
+        "progress": task.progress,
     }
 
 
@@ -194,7 +197,8 @@ def start(request: HttpRequest, user: Any, body: dict[str, Any], task_id: int) -
 
 @operation("notify")
 def notify(request: HttpRequest, user: Any, body: dict[str, Any], task_id: int) -> Any:
-    return task_json(executions.notify(task_id, _exec_id(body)))
+    progress = body.get("progress", UNSET)
+    return task_json(executions.notify(task_id, _exec_id(body), progress=progress))
 
 
 @operation("success")

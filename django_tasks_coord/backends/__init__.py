@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from django_tasks_coord.backends import compat  # noqa: F401  (fails clearly without django.tasks)
 from django_tasks_coord.backends.backend import DatabaseBackend, coord_backends
+from django_tasks_coord.backends.results import CoordTaskResult
 from django_tasks_coord.backends.tasks import CoordTask
+from django_tasks_coord.backends.worker import CoordTaskContext
 
-__all__ = ["CoordTask", "DatabaseBackend", "coord_backends"]
+__all__ = ["CoordTask", "CoordTaskContext", "CoordTaskResult", "DatabaseBackend", "coord_backends"]

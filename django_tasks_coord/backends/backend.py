@@ -21,7 +21,7 @@ from django.db import DEFAULT_DB_ALIAS, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from django_tasks_coord import topics
+from django_tasks_coord import queue, topics
 from django_tasks_coord.backends.calls import Calls, checked_calls
 from django_tasks_coord.backends.compat import (
     BaseTaskBackend,
@@ -299,6 +299,21 @@ class DatabaseBackend(BaseTaskBackend):
         if row is None or not isinstance(payload, dict) or "task" not in payload:
             raise TaskResultDoesNotExist(result_id)
         return to_result(row)
+
+    def cancel(self, result_id: str, message: str | None = None) -> TaskResult:  # type: ignore[type-arg]
+        """Cancel the task of ``result_id`` (:func:`django_tasks_coord.queue.cancel`): at once
+        if it has not started, else ask it to stop (``cancel_requested``; it ends with the
+        status FAILED, as canceled, however its function ends). Returns the result as it
+        is now; raises ``TaskResultDoesNotExist`` for an unknown id and
+        :class:`~django_tasks_coord.exceptions.TaskStateError` for a finished task."""
+        self.get_result(result_id)  # refuses ids that are not this backend's tasks
+        rows = TaskRow.objects.using(self.database).filter(
+            topic_id__in=self.topics(), identifier=result_id
+        )
+        row = rows.order_by("-sequence").first()
+        assert row is not None
+        queue.cancel(row, message)
+        return self.get_result(result_id)
 
     # --- checks ---------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ follows.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
@@ -29,7 +30,7 @@ from django_tasks_coord.backends.compat import (
 from django_tasks_coord.enums import TaskState
 from django_tasks_coord.models import Task as TaskRow
 
-__all__ = ["LOST_CLASS", "UNKNOWN_WORKER", "django_task", "to_result"]
+__all__ = ["LOST_CLASS", "UNKNOWN_WORKER", "CoordTaskResult", "django_task", "to_result"]
 
 _STATUS = {
     TaskState.PENDING: TaskResultStatus.READY,
@@ -45,6 +46,37 @@ _ENDED = {
     TaskState.SUSPENDED: "django_tasks_coord.exceptions.TaskStateError",
     TaskState.FAILED: "django_tasks_coord.exceptions.TasksCoordError",
 }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CoordTaskResult(TaskResult):  # type: ignore[type-arg,misc]
+    """Django's ``TaskResult``, with what this backend knows more of a running task.
+
+    ``progress``: what the task last reported (``context.report_progress`` or
+    :func:`django_tasks_coord.running.report_progress`), or None. ``cancel_requested``:
+    the task was canceled while it ran (``queue.cancel``, the admin); it ends with the
+    status FAILED (canceled) once its function returns.
+    """
+
+    progress: Any = None
+    cancel_requested: bool = False
+
+    def refresh(self) -> None:
+        """Reload the result from the task store (Django's fields, and these)."""
+        self._refreshed(self.task.get_backend().get_result(self.id))
+
+    async def arefresh(self) -> None:
+        """Reload the result from the task store (Django's fields, and these)."""
+        self._refreshed(await self.task.get_backend().aget_result(self.id))
+
+    def _refreshed(self, fresh: TaskResult) -> None:  # type: ignore[type-arg]
+        for item in fields(self):
+            if item.name not in _FIXED:
+                object.__setattr__(self, item.name, getattr(fresh, item.name, None))
+
+
+#: What a refresh leaves as it is: what the result was enqueued with.
+_FIXED = frozenset({"task", "id", "args", "kwargs", "backend"})
 
 
 def _when(value: object) -> datetime | None:
@@ -131,7 +163,7 @@ def to_result(row: TaskRow, task: Task | None = None) -> TaskResult:  # type: ig
                 )
             )
     starts = [_when(entry.get("started_at")) for entry in log]
-    result: TaskResult = TaskResult(  # type: ignore[type-arg]
+    result: TaskResult = CoordTaskResult(  # type: ignore[type-arg]
         task=task if task is not None else django_task(row),
         id=row.identifier,
         status=status,
@@ -144,6 +176,8 @@ def to_result(row: TaskRow, task: Task | None = None) -> TaskResult:  # type: ig
         backend=str(payload.get("backend", "")),
         errors=errors,
         worker_ids=[str(entry.get("worker_id", "")) for entry in log],
+        progress=row.progress,
+        cancel_requested=row.cancel_requested_at is not None,
     )
     if status == TaskResultStatus.SUCCESSFUL:
         object.__setattr__(result, "_return_value", row.result)

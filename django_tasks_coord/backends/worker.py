@@ -24,6 +24,7 @@ moment (:meth:`~django_tasks_coord.node.completer.Completer.starting`). Then
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import ctypes
 import functools
 import json
@@ -38,7 +39,7 @@ from asgiref.sync import async_to_sync
 from django.db import connections
 from django.utils.module_loading import import_string
 
-from django_tasks_coord import attempts
+from django_tasks_coord import attempts, running
 from django_tasks_coord.backends.compat import (
     Task,
     TaskContext,
@@ -114,7 +115,10 @@ def call_with_timeout(
         finally:
             connections.close_all()
 
-    thread = threading.Thread(target=target, name="task-with-timeout", daemon=True)
+    context = contextvars.copy_context()  # the task's run (cancel flag, progress) goes along
+    thread = threading.Thread(
+        target=context.run, args=(target,), name="task-with-timeout", daemon=True
+    )
     thread.start()
     thread.join(timeout)
     if thread.is_alive():
@@ -123,6 +127,26 @@ def call_with_timeout(
     if "error" in outcome:
         raise outcome["error"]
     return outcome.get("value")
+
+
+class CoordTaskContext(TaskContext):  # type: ignore[type-arg]
+    """Django's ``TaskContext`` (``@task(takes_context=True)``), plus what a task running
+    on this backend can ask and tell (see :mod:`django_tasks_coord.running`)."""
+
+    __slots__ = ()
+
+    def cancel_requested(self) -> bool:
+        """Whether the task was canceled while it runs (the node learns it within a heartbeat)."""
+        return running.cancel_requested()
+
+    def raise_if_canceled(self) -> None:
+        """A checkpoint: raise :class:`~django_tasks_coord.exceptions.TaskCanceledError` if
+        the task was canceled; let it propagate, and the task ends canceled."""
+        running.raise_if_canceled()
+
+    def report_progress(self, value: Any) -> None:
+        """Report the task's progress (a small JSON value): ``TaskResult.progress``."""
+        running.report_progress(value)
 
 
 def execute(row: TaskRow) -> Decision:
@@ -141,7 +165,7 @@ def execute(row: TaskRow) -> Decision:
         task_started.send(type(backend), task_result=result)
         args = list(payload.get("args", []))
         if task.takes_context:
-            args.insert(0, TaskContext(task_result=result))
+            args.insert(0, CoordTaskContext(task_result=result))
         value = call_with_timeout(
             task.func, args, payload.get("kwargs", {}), payload.get("timeout")
         )

@@ -32,7 +32,11 @@ from prometheus_client import (  # noqa: E402 - after the check that it is insta
     Histogram,
     start_http_server,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric  # noqa: E402
+from prometheus_client.core import (  # noqa: E402
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector  # noqa: E402
 
 if TYPE_CHECKING:
@@ -160,6 +164,17 @@ class _NodeGauges(Collector):
         )
         yield GaugeMetricFamily(
             PREFIX + "node_workers_busy", "Worker threads running a task now.", value=busy
+        )
+        runs = node.state.runs
+        yield CounterMetricFamily(
+            PREFIX + "node_cancels_delivered",
+            "Cancel requests this node delivered to running handlers.",
+            value=runs.delivered,
+        )
+        yield CounterMetricFamily(
+            PREFIX + "node_progress_writes",
+            "Progress values of running tasks this node wrote (coalesced reports).",
+            value=runs.progress_writes,
         )
         info = GaugeMetricFamily(
             PREFIX + "node_info", "Always 1; the node's id as a label.", labels=["node"]

@@ -89,6 +89,15 @@ class Owner(models.Model):
     pid = models.PositiveIntegerField(_("process id"), null=True, blank=True)
     started_at = models.DateTimeField(_("started at"), db_default=Now())
     heartbeat = models.DateTimeField(_("last heartbeat"), db_default=Now(), db_index=True)
+    cancel_requests = models.PositiveBigIntegerField(
+        _("cancel requests"),
+        default=0,
+        db_default=0,
+        help_text=_(
+            "Counts cancel requests of running tasks it holds; its heartbeat reads it "
+            "(django_tasks_coord.running)."
+        ),
+    )
 
     class Meta:
         verbose_name = _("node")
@@ -217,6 +226,21 @@ class Task(models.Model):
         db_default="",
         help_text=_("Tasks sharing a key count against one concurrency limit."),
     )
+    cancel_requested_at = models.DateTimeField(
+        _("cancel requested at"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "A cancel was requested while it ran: its handler is asked to stop, and it ends "
+            "CANCELED however the handler ends."
+        ),
+    )
+    progress = models.JSONField(
+        _("progress"),
+        null=True,
+        blank=True,
+        help_text=_("What its handler last reported of its progress (a small JSON value)."),
+    )
     recreated = models.BooleanField(_("recreated"), default=False)
     original = models.ForeignKey(
         "self",
@@ -315,6 +339,11 @@ class Task(models.Model):
 
     def __str__(self) -> str:
         return f"{self.topic_id}#{self.sequence} {self.identifier} ({self.get_state_display()})"
+
+    @property
+    def cancel_is_requested(self) -> bool:
+        """True once a cancel was requested while the task ran (as this object last saw it)."""
+        return self.cancel_requested_at is not None
 
     @property
     def is_completed(self) -> bool:

@@ -46,7 +46,7 @@ from django.db import connections
 from django.utils import timezone
 
 from django_tasks_coord import attempts, db, queue, store
-from django_tasks_coord.enums import UNSET, Decision, Result
+from django_tasks_coord.enums import UNSET, Decision, Result, TaskState
 from django_tasks_coord.exceptions import (
     TaskAlreadyCompletedError,
     TaskRedundantError,
@@ -281,6 +281,8 @@ class Completer(threading.Thread):
             if change.ok:
                 for name, value in change.fields.items():
                     setattr(task, name, value)
+                if change.canceled:  # a cancel was requested (store.claims.end_claims)
+                    task.state = TaskState.CANCELED
                 written.append(item)
             elif change.ok is False:
                 logger.warning(

@@ -19,7 +19,7 @@ from django.db import DatabaseError
 
 from django_tasks_coord import db, queue, signals
 from django_tasks_coord.enums import Decision, Result, WaitingPolicy
-from django_tasks_coord.exceptions import TasksCoordError
+from django_tasks_coord.exceptions import TaskCanceledError, TasksCoordError
 from django_tasks_coord.handlers import TaskType
 from django_tasks_coord.models import Task
 from django_tasks_coord.node.completer import Completer
@@ -63,7 +63,8 @@ class Executor:
             assert self.completer is not None
             self.completer.starting(task_type, runnable)  # @task: log each attempt's start
             started = clock.monotonic()
-            decisions = task_type.run(runnable)
+            with self.state.runs.running(runnable):  # cancel flags, progress (running.py)
+                decisions = task_type.run(runnable)
             self.load.task_seconds.add((clock.monotonic() - started) / len(runnable))
             for task, decision in zip(runnable, decisions, strict=True):
                 self.finish(task_type, task, decision)
@@ -106,6 +107,8 @@ class Executor:
     def pre_run_verdict(self, task_type: TaskType, task: Task, now: datetime) -> Decision | None:
         """The outcome of ``task`` without running it (attempts used up by dead nodes, or
         too late for its ``waiting_time``), or None: run it."""
+        if self.state.runs.is_requested(task):
+            return Decision(Result.FAILURE, message="Canceled before it started.")
         max_attempts = task_type.max_attempts_for(task)
         if task.attempts > max_attempts:
             return Decision(
@@ -144,6 +147,13 @@ class Executor:
         """
         assert self.completer is not None
         wait = self.state.wait_unless_forced
+        runs = self.state.runs
+        requested = runs.is_requested(task)
+        if requested or isinstance(decision.exception, TaskCanceledError):
+            final = True  # never retried; a requested cancel's completion ends it CANCELED
+        if requested and task.cancel_requested_at is None:
+            task.cancel_requested_at = self.state.clock.now()  # as the database has it
+        runs.forget(task)
         decision = self.completer.attempt_ended(task_type, task, decision)  # its log entry
         retry_at = None
         if not final and task_type is not None and decision.result is Result.FAILURE:

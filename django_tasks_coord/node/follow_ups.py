@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from django_tasks_coord import db, signals, topics
-from django_tasks_coord.enums import Decision, ErrorPolicy, Result
+from django_tasks_coord.enums import Decision, ErrorPolicy, Result, TaskState
 from django_tasks_coord.handlers import TaskType
 from django_tasks_coord.models import Task
 
@@ -60,10 +60,15 @@ class FollowUps:
         for item in items:
             by_topic[item[1].topic_id].append(item)
         for topic, topic_items in by_topic.items():
-            failures = [item for item in topic_items if item[2].result is Result.FAILURE]
+            canceled = sum(1 for item in topic_items if item[1].state == TaskState.CANCELED)
+            failures = [
+                item
+                for item in topic_items
+                if item[2].result is Result.FAILURE and item[1].state != TaskState.CANCELED
+            ]  # a canceled task's handler may fail (TaskCanceledError): not the topic's failure
             self.node.stats["processed"] += len(topic_items)
             self.node.stats["failed"] += len(failures)
-            successes = len(topic_items) - len(failures)
+            successes = len(topic_items) - len(failures) - canceled
             try:  # each follow-up again if the connection breaks in it (a restart, a kill)
                 self._follow_up(
                     topics.record_outcomes, topic, successes=successes, failures=len(failures)

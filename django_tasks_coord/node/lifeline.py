@@ -18,9 +18,9 @@ import random
 from collections.abc import Callable
 from datetime import timedelta
 
-from django_tasks_coord import coordination, db, executions, owners
+from django_tasks_coord import coordination, db, executions, owners, store
 from django_tasks_coord.exceptions import TasksCoordError
-from django_tasks_coord.models import Task
+from django_tasks_coord.models import Owner, Task
 from django_tasks_coord.node.load import Load
 from django_tasks_coord.node.state import NodeState
 from django_tasks_coord.node.wakeup import WakeEvent
@@ -60,6 +60,8 @@ class Lifeline:
         self._next_beat: float | None = None  # None: before the first tick
         self._next_sweep = self._last_status = 0.0
         self._reconnect = db.Reconnect("Heartbeat")
+        #: (owner pk, its ``cancel_requests`` count) as the last beat read it.
+        self._cancels_seen: tuple[int, int] = (0, 0)
 
     def busy(self) -> None:
         """The node, idle so far, holds tasks now: beat at once, then at the busy rate."""
@@ -116,7 +118,12 @@ class Lifeline:
         """Seconds to the next heartbeat: ``HEARTBEAT_FREQUENCY`` while the node holds tasks
         (in flight, buffered, or completions not yet written) or belongs to a group, else
         :attr:`NodeConfig.idle_heartbeat` (an idle node only has to stay alive)."""
-        idle = self.state.leadership is None and self.load.count == 0 and self.completer_idle()
+        idle = (
+            self.state.leadership is None
+            and self.load.count == 0
+            and self.completer_idle()
+            and not self.state.runs.progress_pending
+        )
         self.beating_idle = idle
         if idle and self.load.count:  # claimed meanwhile (it found beating_idle still False)
             self.beating_idle = idle = False
@@ -135,10 +142,54 @@ class Lifeline:
         if claims.expired:
             return False
         started = claims.now()
-        if not owners.heartbeat(owner):
+        runs = self.state.runs
+        alive, cancels = owners.beat(owner, read=self.load.count > 0 or runs.count > 0)
+        if not alive:
             return False
         claims.beaten(owner, started)
+        self._deliver(owner, cancels)
+        self._write_progress()
         return True
+
+    def _deliver(self, owner: Owner, cancels: int | None) -> None:
+        """Flag the running tasks whose cancel was requested since the last beat read the
+        owner's ``cancel_requests`` (a query only when that count moved)."""
+        if cancels is None:
+            return
+        seen_owner, seen = self._cancels_seen
+        if seen_owner == owner.pk and cancels == seen:
+            return
+        requested = owners.cancel_requested_tasks(owner)
+        self._cancels_seen = (owner.pk, cancels)
+        if requested:
+            new = self.state.runs.cancel(requested)
+            if new:
+                logger.info(
+                    "Delivered %s cancel request(s) to running tasks: %s.",
+                    new,
+                    ", ".join(f"#{pk}" for pk in requested),
+                    extra={"node": owner.name},
+                )
+
+    def flush_progress(self) -> None:
+        """Write the progress reported and not written yet, whatever ``PROGRESS_INTERVAL``
+        (the node stops); a failure is logged."""
+        try:
+            self._write_progress(at=math.inf)
+        except Exception:
+            logger.exception("Could not write the last progress reports.")
+
+    def _write_progress(self, at: float | None = None) -> None:
+        """Write the progress the running handlers reported (one statement for all)."""
+        runs = self.state.runs
+        due = runs.due_progress(self.state.clock.monotonic() if at is None else at)
+        if not due:
+            return
+        try:
+            store.progress.write(due)
+        except Exception:
+            runs.unwritten(due)
+            raise
 
     def declared_dead(self) -> None:
         """This node may have been declared dead: start nothing more, and register again

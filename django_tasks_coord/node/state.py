@@ -18,6 +18,7 @@ from django_tasks_coord.node.clock import Clock
 from django_tasks_coord.node.config import NodeConfig
 from django_tasks_coord.node.leadership import Leadership
 from django_tasks_coord.node.wakeup import Listener, StopEvent
+from django_tasks_coord.running import Runs
 
 
 @dataclass(eq=False)
@@ -40,6 +41,8 @@ class NodeState:
     claims: Claims = field(init=False)
     #: Live owners in the cluster, as the node's last sweep counted them (at least itself).
     live_nodes: int = 1
+    #: The tasks its workers run: cancel flags and progress, shared with the lifeline.
+    runs: Runs = field(default_factory=Runs)
 
     def __post_init__(self) -> None:
         self.claims = Claims(self.config.liveness_interval, self.clock.monotonic)

@@ -408,6 +408,8 @@ class Node:
             still_running = pool.running()
         pool.stop()
         completer.flush_and_stop()
+        if not lost:
+            self.lifeline.flush_progress()  # the last reports of the tasks that ended
         if still_running and not lost:
             tasks = [task for job in still_running for task in job.payload]
             logger.warning("Releasing %s task(s) still running at shutdown.", len(tasks))

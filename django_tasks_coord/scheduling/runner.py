@@ -93,7 +93,9 @@ class JobContext:
                     f"Run #{self.task.pk} of job {self.job_id!r} is no longer held by "
                     f"{self.node_id}: it was handed to another node."
                 )
-        self.task.state, self.task.finished_at = TaskState.SUCCEEDED, finished
+        self.task.finished_at = finished
+        if self.task.state != TaskState.CANCELED:  # unless its cancel was requested
+            self.task.state = TaskState.SUCCEEDED
 
 
 def retry_policy(data: dict[str, Any] | None) -> RetryPolicy:

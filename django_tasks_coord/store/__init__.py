@@ -12,13 +12,14 @@ write: :mod:`~.fencing` (the one predicate of a claim still held), :mod:`~.inser
 (pushes with their insertion mode, created and recreated tasks, each announced),
 :mod:`~.claims` (poll, release, cancel, return-to-queue of dead owners),
 :mod:`~.finish` (the queue's completions, an executor's reports), :mod:`~.handout`
-(the executor API's claim and its start timeout), :mod:`~.revive` (reset, recreate,
+(the executor API's claim and its start timeout), :mod:`~.progress` (running
+tasks' progress), :mod:`~.revive` (reset, recreate,
 junction) and :mod:`~.prune` (purge, retention batches, old results).
 """
 
 from __future__ import annotations
 
-from django_tasks_coord.store import claims, finish, handout, insert, prune, revive
+from django_tasks_coord.store import claims, finish, handout, insert, progress, prune, revive
 from django_tasks_coord.store.attempts import write_log
 from django_tasks_coord.store.completion import Change, write_changes
 from django_tasks_coord.store.fencing import held
@@ -34,6 +35,7 @@ __all__ = [
     "insert",
     "insert_run",
     "insert_runs",
+    "progress",
     "prune",
     "revive",
     "stamp_term",

@@ -14,10 +14,12 @@ import logging
 import time
 import uuid
 from collections.abc import Collection, Sequence
+from datetime import datetime
 from typing import Any
 
 from django.db import DatabaseError, models
-from django.db.models import Exists, F, OuterRef, Q, Subquery
+from django.db.models import Case, Exists, Expression, F, OuterRef, Q, Subquery, Value, When
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from django_tasks_coord import db
@@ -28,13 +30,17 @@ from django_tasks_coord.store.fencing import held
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "CANCEL_REQUESTED",
     "CLAIM_CHECK_SECONDS",
     "cancel",
     "cancel_execution",
     "cancel_many",
+    "cancel_wins",
     "claim",
+    "end_claims",
     "lock_batch",
     "release",
+    "request_cancel",
     "return_to_queue",
 ]
 
@@ -246,34 +252,145 @@ def _claimed(name: str, exec_id: uuid.UUID, using: str) -> list[Task]:
 
 def release(task: Task, changes: dict[str, Any]) -> bool:
     """Apply ``changes`` to ``task`` if it is still ACTIVE under its claim, and announce the
-    topic (the task is pending again); False, changing nothing, if the claim was lost."""
+    topic (the task is pending again); False, changing nothing, if the claim was lost.
+    A task whose cancel was requested ends CANCELED instead (:func:`end_claims`; its
+    ``state`` in memory says so)."""
     with db.write_transaction():
-        if held([task]).update(**changes) != 1:
+        written, canceled = end_claims(held([task]), changes, 1)
+        if written != 1:
             return False
-        db.notify(db.connection(), task.topic_id)
+        if canceled:
+            task.state = TaskState.CANCELED
+        else:
+            db.notify(db.connection(), task.topic_id)
     return True
 
 
-def cancel(task: Task, changes: dict[str, Any]) -> bool:
-    """Apply ``changes`` (a cancellation) to ``task`` if it is not completed; False otherwise."""
+#: A cancel of the task was requested while it ran (:mod:`django_tasks_coord.running`).
+CANCEL_REQUESTED = Q(cancel_requested_at__isnull=False)
+
+
+def cancel_wins(changes: dict[str, Any]) -> dict[str, Any]:
+    """``changes`` of a write that ends a claim (a completion, a release, a return to the
+    queue), made to end the task CANCELED instead, in the database itself, where a cancel
+    was requested: whatever its handler did, and however late the request came, such a
+    task is never SUCCEEDED nor handed out again. The message of the request is kept."""
+    if "state" not in changes:
+        return changes
+    out = dict(changes)
+    state = out["state"]
+    state_field = Task._meta.get_field("state")
+    out["state"] = Case(
+        When(CANCEL_REQUESTED, then=Value(int(TaskState.CANCELED))),
+        default=state if isinstance(state, Expression) else Value(int(state)),
+        output_field=state_field,
+    )
+    if "message" in out:
+        message = out["message"]
+        out["message"] = Case(
+            When(CANCEL_REQUESTED, then=F("message")),
+            default=message if isinstance(message, Expression) else Value(message),
+            output_field=Task._meta.get_field("message"),
+        )
+    if not isinstance(state, Expression) and not TaskState(state).is_completed:
+        finished = out.get("finished_at")
+        out["finished_at"] = Case(
+            When(CANCEL_REQUESTED, then=Now()),
+            default=finished if isinstance(finished, Expression) else Value(finished),
+            output_field=Task._meta.get_field("finished_at"),
+        )
+    return out
+
+
+def end_claims(rows: TaskQuerySet, values: dict[str, Any], expected: int) -> tuple[int, set[int]]:
+    """``UPDATE`` the held ``rows`` (a claim's end: a completion, a release) with ``values``,
+    except those whose cancel was requested, which end CANCELED instead (the request's
+    message kept); return how many rows were written and the sequences of those canceled.
+
+    One statement as long as no cancel was requested (its rows are left out by the
+    ``UPDATE``'s own filter, so its count tells): only a shortfall against ``expected``
+    costs a look for requested rows, and their ``UPDATE``. So whatever a handler did, and
+    however late the request came, a task whose cancel was requested is never
+    SUCCEEDED nor handed out again, and the caller knows which ended CANCELED. Call it
+    inside :func:`db.write_transaction` for all or nothing.
+    """
+    written = rows.filter(cancel_requested_at__isnull=True).update(**values)
+    if written >= expected:
+        return written, set()
+    requested = rows.filter(CANCEL_REQUESTED)
+    pks = set(requested.values_list("pk", flat=True))
+    if not pks:
+        return written, set()
+    canceled = {
+        name: value for name, value in values.items() if name not in ("message", "execute_at")
+    }
+    canceled["state"] = TaskState.CANCELED
+    canceled["owner"] = None
+    if not isinstance(canceled.get("finished_at"), datetime):
+        canceled["finished_at"] = timezone.now()
+    canceled.pop("attempts", None)  # a release's refund: the attempt did run
+    return written + requested.filter(pk__in=pks).update(**canceled), pks
+
+
+def cancel(task: Task, changes: dict[str, Any]) -> str | None:
+    """Cancel ``task`` if it is not completed: at once (``changes``, a cancellation) unless
+    it is ACTIVE, else request it (:func:`request_cancel`). Returns ``"canceled"``,
+    ``"requested"``, or None if it was completed already."""
     rows = Task.objects.using(db.alias()).rows([task]).not_completed()
-    return rows.update(**changes) == 1
+    with db.write_transaction():
+        if rows.exclude(state=TaskState.ACTIVE).update(**changes) == 1:
+            return "canceled"
+        active = list(rows.filter(state=TaskState.ACTIVE).select_for_update())
+        if not active:
+            return None
+        request_cancel(active, changes.get("message"))
+        task.cancel_requested_at = active[0].cancel_requested_at
+    return "requested"
+
+
+def request_cancel(tasks: Sequence[Task], message: str | None) -> None:
+    """Ask the handlers of the ACTIVE ``tasks`` (rows the caller locked) to stop: stamp
+    their ``cancel_requested_at`` (the first request's time stays) and ``message``, and
+    count the request on their owners' rows, which the owners' next heartbeats read
+    (:func:`django_tasks_coord.owners.beat`). Call it inside :func:`db.write_transaction`."""
+    using = db.alias()
+    first = [task for task in tasks if task.cancel_requested_at is None]
+    now = timezone.now()
+    changes: dict[str, Any] = {"cancel_requested_at": now}
+    if message is not None:
+        changes["message"] = message
+    if first:
+        Task.objects.using(using).rows(first).update(**changes)
+        for task in first:
+            task.cancel_requested_at = now
+            if message is not None:
+                task.message = message
+    owner_ids = sorted({task.owner_id for task in first if task.owner_id is not None})
+    if owner_ids:
+        Owner.objects.using(using).filter(pk__in=owner_ids).update(
+            cancel_requests=F("cancel_requests") + 1
+        )
 
 
 def cancel_many(
     tasks: Sequence[Task], changes: dict[str, Any], states: Collection[TaskState] | None
-) -> list[Task]:
-    """Apply ``changes`` (a cancellation) to those of ``tasks`` not completed (and, with
-    ``states``, in one of them), in one transaction, skipping rows locked elsewhere;
-    return those changed."""
+) -> tuple[list[Task], list[Task]]:
+    """Cancel those of ``tasks`` not completed (and, with ``states``, in one of them), in
+    one transaction, skipping rows locked elsewhere: ACTIVE ones by a request
+    (:func:`request_cancel`), the others at once (``changes``). Returns (canceled,
+    requested)."""
     rows = Task.objects.using(db.alias()).not_completed()
     if states is not None:
         rows = rows.filter(state__in=list(states))
     with db.write_transaction():
-        canceled = lock_batch(rows, tasks)
+        locked = lock_batch(rows, tasks)
+        active = [task for task in locked if task.state == TaskState.ACTIVE]
+        canceled = [task for task in locked if task.state != TaskState.ACTIVE]
         if canceled:
             Task.objects.using(db.alias()).rows(canceled).update(**changes)
-    return canceled
+        if active:
+            request_cancel(active, changes.get("message"))
+    return canceled, active
 
 
 def cancel_execution(task: Task, changes: dict[str, Any]) -> None:
@@ -310,10 +427,11 @@ def return_to_queue(owner_ids: list[int], using: str) -> list[Task]:
     tasks = list(in_flight.select_for_update(**db.lock_kwargs(conn)).order_by("sequence"))
     if tasks:
         Task.objects.using(using).filter(pk__in=[t.pk for t in tasks]).update(
-            state=TaskState.PENDING, owner=None, exec_id=None
+            **cancel_wins({"state": TaskState.PENDING, "owner": None, "exec_id": None})
         )
-        for task in tasks:
-            task.state, task.owner, task.exec_id = TaskState.PENDING, None, None
+        for task in tasks:  # a task whose cancel was requested ends CANCELED instead
+            task.state = TaskState.CANCELED if task.cancel_is_requested else TaskState.PENDING
+            task.owner, task.exec_id = None, None
     still_held = Task.objects.using(using).filter(owner_id=OuterRef("pk"), state__in=IN_FLIGHT)
     # The owners' other tasks (finished ones) lose their owner here (on_delete SET_NULL).
     Owner.objects.using(using).filter(pk__in=owner_ids).exclude(Exists(still_held)).delete()

@@ -5,7 +5,8 @@ of many running tasks at once: completions that carry values of their own (a ret
 value, an attempt log entry) and the attempt logs of attempts under way. :func:`write_changes`
 turns them into one ``UPDATE`` per set of changed fields, with per-row values through
 ``CASE``, each row fenced by its claim (:func:`~django_tasks_coord.store.fencing.held`:
-its ``exec_id``, still ACTIVE), so a lost claim writes nothing.
+its ``exec_id``, still ACTIVE), so a lost claim writes nothing. A completion of a task
+whose cancel was requested ends it CANCELED (:func:`~.claims.end_claims`).
 
 A batch whose connection broke may be written again as it is: a completion keeps the
 ``finished_at`` its first try wrote, so a commit that went through before the answer
@@ -27,6 +28,7 @@ from django.utils import timezone
 from django_tasks_coord import db
 from django_tasks_coord.enums import TaskState
 from django_tasks_coord.models import Task
+from django_tasks_coord.store.claims import end_claims
 from django_tasks_coord.store.fencing import held
 
 #: Fields whose per-row values are always written through ``CASE`` (JSON lists).
@@ -45,6 +47,8 @@ class Change:
     task: Task
     fields: dict[str, Any]
     ok: bool | None = None
+    #: Set once written: it ended CANCELED instead (a cancel was requested while it ran).
+    canceled: bool = False
 
     @property
     def completes(self) -> bool:
@@ -132,7 +136,15 @@ def _update(fields: tuple[str, ...], changes: list[Change]) -> None:
         output = Task._meta.get_field(name)
         assert isinstance(output, models.Field)
         values[name] = PerRow({change.task.pk: change.fields[name] for change in changes}, output)
-    if held(change.task for change in changes).update(**values) == len(changes):
+    rows = held(change.task for change in changes)
+    if "state" not in fields:  # not the end of a claim (an attempt log)
+        written, canceled = rows.update(**values), set[int]()
+    else:
+        written, canceled = end_claims(rows, values, len(changes))
+    for change in changes:
+        if change.task.pk in canceled:
+            change.canceled = True
+    if written == len(changes):
         for change in changes:
             change.ok = True
         return
@@ -145,16 +157,17 @@ def _find_written(changes: list[Change]) -> None:
         row["pk"]: row
         for row in Task.objects.using(db.alias())
         .rows(change.task for change in changes)
-        .values("pk", "exec_id", "state", "finished_at")
+        .values("pk", "exec_id", "state", "finished_at", "cancel_requested_at")
     }
     for change in changes:
         row = current.get(change.task.pk)
         if row is None or row["exec_id"] != change.task.exec_id:
             change.ok = False
         elif change.completes:
-            change.ok = (
-                row["state"] == change.fields["state"]
-                and row["finished_at"] == change.fields["finished_at"]
-            )
+            canceled = row["state"] == TaskState.CANCELED and row["cancel_requested_at"]
+            change.ok = (row["state"] == change.fields["state"] or bool(canceled)) and row[
+                "finished_at"
+            ] == change.fields["finished_at"]
+            change.canceled = bool(change.ok and canceled)
         else:
             change.ok = row["state"] == TaskState.ACTIVE

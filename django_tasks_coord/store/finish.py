@@ -14,6 +14,7 @@ from typing import Any
 from django_tasks_coord import db
 from django_tasks_coord.enums import TaskState
 from django_tasks_coord.models import Task
+from django_tasks_coord.store.claims import end_claims
 from django_tasks_coord.store.fencing import held
 
 __all__ = ["complete", "report"]
@@ -25,13 +26,20 @@ class _ClaimsLost(Exception):
 
 def complete(tasks: Sequence[Task], changes: dict[str, Any]) -> bool:
     """Apply ``changes`` to every one of ``tasks`` still ACTIVE under its claim, in one
-    statement; all or nothing: False, and nothing written, if any claim was lost."""
+    statement; all or nothing: False, and nothing written, if any claim was lost. A task
+    whose cancel was requested ends CANCELED instead (:func:`~.claims.end_claims`; its
+    ``state`` in memory says so)."""
+    expected = len({task.pk for task in tasks})
     try:
         with db.write_transaction():
-            if held(tasks).update(**changes) != len({task.pk for task in tasks}):
+            written, canceled = end_claims(held(tasks), changes, expected)
+            if written != expected:
                 raise _ClaimsLost
     except _ClaimsLost:
         return False
+    for task in tasks:
+        if task.pk in canceled:
+            task.state = TaskState.CANCELED
     return True
 
 

@@ -16,6 +16,7 @@ from django.db import IntegrityError
 from django_tasks_coord import db
 from django_tasks_coord.enums import TaskState
 from django_tasks_coord.models import Task
+from django_tasks_coord.store.claims import end_claims
 from django_tasks_coord.store.fencing import held
 from django_tasks_coord.store.insert import insert
 
@@ -66,10 +67,14 @@ def succeed_held_run(run: Task, *, finished_at: datetime, using: str | None = No
     """Mark ``run`` SUCCEEDED if it is still ACTIVE under its claim; whether it was.
 
     The last step of :meth:`~django_tasks_coord.scheduling.runner.JobContext.fenced`,
-    inside the caller's fenced transaction.
+    inside the caller's fenced transaction. A run whose cancel was requested ends
+    CANCELED instead (:func:`~.claims.end_claims`; ``run.state`` says so).
     """
-    rows = held([run], using=using)
-    return rows.update(state=TaskState.SUCCEEDED, finished_at=finished_at, owner=None) == 1
+    changes = {"state": TaskState.SUCCEEDED, "finished_at": finished_at, "owner": None}
+    written, canceled = end_claims(held([run], using=using), changes, 1)
+    if canceled:
+        run.state = TaskState.CANCELED
+    return written == 1
 
 
 __all__ = ["insert_run", "insert_runs", "succeed_held_run"]

@@ -24,6 +24,8 @@ REVIVED = {
     "execute_at": None,
     "started_at": None,
     "finished_at": None,
+    "cancel_requested_at": None,
+    "progress": None,
 }
 
 

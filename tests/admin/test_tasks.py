@@ -180,6 +180,19 @@ def test_cancel_action(admin_client, tasks):
     assert LogEntry.objects.count() == 1
 
 
+def test_cancel_of_a_running_task_asks_it_to_stop_and_its_page_shows_progress(admin_client, tasks):
+    active = tasks["active"]
+    Task.objects.filter(pk=active.pk).update(progress={"rows": 1200})
+    admin_client.post(action_url(active, "cancel"))
+    active.refresh_from_db()
+    assert active.state == TaskState.ACTIVE  # still running: asked to stop
+    assert active.cancel_requested_at is not None
+    assert active.owner.cancel_requests == 1  # its node reads it with its next heartbeat
+    html = admin_client.get(change_url(active)).content.decode()
+    assert "cancel requested at" in html.lower()
+    assert "1200" in html and "progress" in html.lower()
+
+
 def test_a_refused_action_is_reported_per_task(admin_client, tasks):
     response = admin_client.post(action_url(tasks["pending"], "reset"), follow=True)
     html = response.content.decode()

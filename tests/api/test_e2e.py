@@ -140,6 +140,36 @@ def test_an_executor_without_django_runs_tasks_through_a_live_server(server):
     assert abandoned.attempts == 1  # handed out twice, started once: the reaper freed it
 
 
+def test_an_executor_learns_of_a_cancel_in_the_answer_to_notify(server):
+    """The executor (plain HTTP) reports progress with notify; a user cancels the task; the
+    next notify answers cancel_requested, and the task ends canceled whatever it reports."""
+    base, _ = server
+    _, submit = make_user("alice", "submit_tasks")
+    _, execute = make_user("runner", "execute_tasks")
+    status, created = call(
+        base, submit, "POST", "", {"definition": "e2e/sum", "params": {"a": 1, "b": 2}}
+    )
+    assert status == 201, created
+    status, claimed = call(base, execute, "POST", "claim", {"definitions": ["e2e/sum"]})
+    (task,) = claimed["tasks"]
+    beat = {"exec_id": task["exec_id"], "progress": {"percent": 40}}
+    status, body = call(base, execute, "POST", f"{task['id']}/notify", beat)
+    assert (status, body["cancel_requested"], body["progress"]) == (200, False, {"percent": 40})
+    status, body = call(base, submit, "POST", f"{task['id']}/cancel")
+    assert (status, body["status"], body["cancel_requested"]) == (200, "in_progress", True)
+    status, body = call(base, execute, "POST", f"{task['id']}/notify", beat)
+    assert (status, body["status"], body["cancel_requested"]) == (200, "in_progress", True)
+    done = {"exec_id": task["exec_id"], "result": {"sum": 3}}
+    status, body = call(base, execute, "POST", f"{task['id']}/success", done)
+    assert (status, body["outcome"], body["outcome_reason"]) == (200, "canceled", "canceled")
+    status, body = call(base, submit, "GET", str(task["id"]))
+    assert (body["outcome"], body["progress"], body["result"]) == (
+        "canceled",
+        {"percent": 40},
+        None,
+    )
+
+
 @BOTH
 def test_the_long_poll_route_answers_like_the_rest_of_the_api(server):
     base, _ = server

@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 
+from django_tasks_coord import executions
 from django_tasks_coord.enums import TaskState
 from django_tasks_coord.models import Task
 from tests.api.conftest import run_one
@@ -158,19 +159,65 @@ def test_poll_hands_out_by_priority_then_age_across_definitions_up_to_the_limit(
     assert executor.ok("POST", "poll", {"definitions": ["test/basic"], "limit": 10})["tasks"] == []
 
 
-def test_cancel_ends_a_task_and_refuses_its_executor(submitter, executor):
+def test_cancel_of_an_in_progress_task_reaches_its_executor_and_ends_it_canceled(
+    submitter, executor
+):
     submitter.ok("POST", "", {"definition": "test/basic"}, expect=201)
     task = run_one(executor)
-    canceled = submitter.ok("POST", f"{task['id']}/cancel")
-    assert (canceled["status"], canceled["outcome"], canceled["outcome_reason"]) == (
+    asked = submitter.ok("POST", f"{task['id']}/cancel")
+    assert (asked["status"], asked["cancel_requested"]) == ("in_progress", True)
+    beat = executor.ok(
+        "POST", f"{task['id']}/notify", {"exec_id": task["exec_id"], "progress": {"done": 3}}
+    )
+    assert (beat["status"], beat["cancel_requested"], beat["progress"]) == (
+        "in_progress",
+        True,
+        {"done": 3},
+    )
+    late = executor.ok("POST", f"{task['id']}/success", {"exec_id": task["exec_id"], "result": 1})
+    assert (late["status"], late["outcome"], late["outcome_reason"]) == (
         "done",
         "canceled",
         "canceled",
     )
-    late = executor.post(f"{task['id']}/success", {"exec_id": task["exec_id"], "result": 1})
+    assert Task.objects.get(pk=task["id"]).result is None
+    again = submitter.post(f"{task['id']}/cancel")
+    assert again.status_code == 409
+
+
+def test_cancel_ends_a_requested_task_and_refuses_its_executor(submitter, executor):
+    submitter.ok("POST", "", {"definition": "test/basic"}, expect=201)
+    (task,) = executor.ok("POST", "poll", {"definitions": ["test/basic"]})["tasks"]
+    canceled = submitter.ok("POST", f"{task['id']}/cancel")
+    assert (canceled["status"], canceled["outcome"], canceled["cancel_requested"]) == (
+        "done",
+        "canceled",
+        False,
+    )
+    late = executor.post(f"{task['id']}/start", {"exec_id": task["exec_id"]})
     assert late.status_code == 409
     assert late.json_body["error"]["code"] == "task_done"
-    assert Task.objects.get(pk=task["id"]).result is None
+
+
+def test_a_task_canceled_in_progress_ends_canceled_at_its_timeout(submitter, executor, clock):
+    submitter.ok("POST", "", {"definition": "test/basic"}, expect=201)
+    task = run_one(executor)
+    submitter.ok("POST", f"{task['id']}/cancel")
+    clock.advance(10_000)
+    assert executions.reap() == {"in_progress_timeout": 1}
+    row = Task.objects.get(pk=task["id"])
+    assert (row.state, row.outcome_reason) == (TaskState.CANCELED, "canceled")
+
+
+def test_notify_refuses_a_progress_too_large(executor, submitter, settings):
+    settings.TASKS_COORD = {**getattr(settings, "TASKS_COORD", {}), "PROGRESS_MAX_BYTES": 10}
+    submitter.ok("POST", "", {"definition": "test/basic"}, expect=201)
+    task = run_one(executor)
+    refused = executor.post(
+        f"{task['id']}/notify", {"exec_id": task["exec_id"], "progress": "x" * 20}
+    )
+    assert refused.status_code in (400, 422)
+    assert "PROGRESS_MAX_BYTES" in refused.json_body["error"]["message"]
 
 
 def test_a_waiting_task_can_be_canceled(submitter, executor):

@@ -108,9 +108,22 @@ def patient(context, label):
 
 @task(takes_context=True, max_attempts=1)
 def cancelled_while_running(context):
-    """Canceled (as by an operator) while it runs: its success must not be stored."""
+    """Canceled (as by an operator) while it runs: it must end CANCELED, not succeed."""
     from django_tasks_coord import queue
     from django_tasks_coord.models import Task as TaskRow
 
     queue.cancel(TaskRow.objects.get(identifier=context.task_result.id), "canceled by a test")
     return "done"
+
+
+@task(takes_context=True, max_attempts=3)
+def waits_for_cancel(context):
+    """Reports progress, then loops (up to 30 s) until it is canceled; reports that it saw it."""
+    context.report_progress({"waiting": True})
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if context.cancel_requested():
+            context.report_progress({"saw the cancel": True})
+            context.raise_if_canceled()
+        time.sleep(0.01)
+    return "never canceled"

@@ -99,7 +99,7 @@ def lifeline(node: Node, monkeypatch, *, until: float, live: int = 1, on_wait=No
         sweeps.append(round(clock.seconds - 1000.0, 3))
         return [], live
 
-    monkeypatch.setattr(owners, "heartbeat", beat)
+    monkeypatch.setattr(owners, "beat", lambda owner, read: (beat(owner), None))
     monkeypatch.setattr(owners, "sweep", sweep)
     monkeypatch.setattr("django_tasks_coord.executions.reap", lambda: None)
 
@@ -168,7 +168,7 @@ def test_a_failed_idle_beat_is_retried_after_a_heartbeat(monkeypatch):
             raise OSError("the database is away")
         return True
 
-    monkeypatch.setattr(owners, "heartbeat", beat)
+    monkeypatch.setattr(owners, "beat", lambda owner, read: (beat(owner), None))
     monkeypatch.setattr(node.lifeline, "sweep", lambda: 1)
 
     def waited(at: float) -> None:

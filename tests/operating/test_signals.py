@@ -193,8 +193,9 @@ def test_a_task_outcome_is_signalled_once_after_it_is_stored(make_node, outcome_
 
 
 @needs_tasks
-def test_a_task_outcome_that_was_not_stored_is_not_signalled(make_node, received):
-    """A @task succeeds after it was canceled: its outcome is refused, and nothing announces it."""
+def test_a_task_canceled_while_it_runs_is_announced_canceled(make_node, received):
+    """A @task succeeds after a cancel was requested while it ran: it ends CANCELED, and
+    the completion announced is that one, never a success."""
     from tests.backends import tasks
 
     finished = []
@@ -210,8 +211,10 @@ def test_a_task_outcome_that_was_not_stored_is_not_signalled(make_node, received
         task_finished.disconnect(on_finished)
     row = Task.objects.get(identifier=result.id)
     assert (row.state, row.message) == (TaskState.CANCELED, "canceled by a test")
-    assert [name for name, _, _ in received] == ["task_claimed"]
-    assert finished == []
+    names = [name for name, _, _ in received]
+    assert names == ["task_claimed", "task_completed"]
+    assert received[1][2]["state_when_sent"] == TaskState.CANCELED
+    assert finished == [TaskResultStatus.FAILED]
 
 
 def test_leader_signals(received):

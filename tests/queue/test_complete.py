@@ -186,7 +186,12 @@ def test_release_with_delay_keeps_the_attempt(topic, active):
 def test_cancel(topic, active):
     pending = queue.push(topic, "b")
     assert queue.cancel(pending).state == TaskState.CANCELED
-    queue.cancel(active, message="operator")
+    requested = queue.cancel(active, message="operator")
+    assert (requested.state, requested.message) == (TaskState.ACTIVE, "operator")
+    assert requested.cancel_requested_at is not None  # asked to stop, still running
+    done = queue.complete(active, Decision.success("it returned"))
+    assert (done.state, done.message) == (TaskState.CANCELED, "operator")
+    assert Task.objects.get(pk=active.pk).state == TaskState.CANCELED  # never SUCCEEDED
     with pytest.raises(TaskAlreadyCompletedError):
         queue.complete(active, Decision.success())
     with pytest.raises(TaskStateError, match="canceled"):

@@ -3,7 +3,7 @@
 import pytest
 
 from django_tasks_coord import queue
-from django_tasks_coord.queue import Condition, Decision, Result
+from django_tasks_coord.queue import Condition, Decision, Result, TaskState
 
 pytestmark = pytest.mark.django_db
 
@@ -83,7 +83,8 @@ def test_redundant_and_canceled_tasks_never_block(topic):
     queue.push_many(topic, [("a", 1), ("a", 2)])
     run_first(topic, Result.FAILURE)
     second = queue.poll(topic)[0]
-    queue.cancel(second)
+    queue.cancel(second)  # ACTIVE: a cancel request; it ends CANCELED once completed
+    assert queue.complete(second, Result.SUCCESS).state == TaskState.CANCELED
     queue.push(topic, "a", 3, insertion="supersede")  # nothing pending to supersede
     queue.push(topic, "a", 4, insertion="supersede")  # a#3 becomes redundant
     # latest relevant earlier task is a#1 (FAILED): blocked under ON_FAILURE, not under SINGULAR

@@ -73,3 +73,36 @@ def steady(task):
     """Record the run and do a little work; a database outage fails it until it is over."""
     record(task)
     time.sleep((task.payload or {}).get("sleep", 0))  # simulated work
+
+
+@handlers.consumer("cancelable")
+def cancelable(task):
+    """Loops for ``payload["seconds"]`` (60 by default), reporting progress. With
+    ``payload["checks"]`` it stops at its first checkpoint once canceled; without, it ignores
+    the cancel and returns success. A Run row marks its start; another (identifier
+    ``<identifier>:stopped``, ``started_at``: when it stopped) its end."""
+    from django_tasks_coord import running
+    from django_tasks_coord.exceptions import TaskCanceledError
+
+    record(task)
+    payload = task.payload or {}
+    deadline = time.monotonic() + float(payload.get("seconds", 60))
+    ticks = 0
+    try:
+        while time.monotonic() < deadline:
+            if payload.get("checks"):
+                running.raise_if_canceled()
+            ticks += 1
+            running.report_progress({"ticks": ticks})
+            time.sleep(0.01)
+    except TaskCanceledError:
+        Run.objects.create(
+            topic=task.topic_id,
+            identifier=f"{task.identifier}:stopped",
+            sequence=task.sequence,
+            attempt=task.attempts,
+            started_at=timezone.now(),
+            pid=os.getpid(),
+        )
+        raise
+    return Result.SUCCESS

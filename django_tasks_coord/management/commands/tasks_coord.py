@@ -26,7 +26,7 @@ _BULK_HELP = {
     Action.RETRY: "Put FAILED tasks back to PENDING, in place (queue.reset).",
     Action.RESET: "Put completed tasks back to PENDING, in place (queue.reset).",
     Action.RECREATE: "Add a new PENDING copy of each completed task (queue.recreate).",
-    Action.CANCEL: "Cancel PENDING, REQUESTED and ACTIVE tasks (queue.cancel).",
+    Action.CANCEL: "Cancel PENDING and REQUESTED tasks; ask ACTIVE ones to stop (queue.cancel).",
 }
 _PAST = {
     Action.RETRY: "Retried",
