@@ -143,6 +143,10 @@ class Outage:
         """Whether an outage is under way (announced, not yet over)."""
         return self.since is not None
 
+    def recent(self) -> bool:
+        """Whether an outage is under way or ended less than :data:`STALE_WINDOW` ago."""
+        return self.since is not None or self._clock() - self.ended < STALE_WINDOW
+
     def lost(self, what: str, error: BaseException, delay: float, failures: int) -> None:
         """Loop ``what`` lost its connection (its ``failures``-th failure in a row) and
         retries in ``delay`` seconds."""

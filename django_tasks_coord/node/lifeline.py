@@ -141,7 +141,10 @@ class Lifeline:
         at the next beat, now."""
         lost = self.state.claims.lose()
         if lost is not None:
-            logger.error(
+            # After a database outage longer than the liveness interval this is its expected
+            # consequence (a WARNING); otherwise the node was frozen or starved (an ERROR).
+            logger.log(
+                logging.WARNING if db.OUTAGE.recent() else logging.ERROR,
                 "Node %s may have been declared dead (no heartbeat for over %ss, or its owner "
                 "row is gone): dropping its buffered tasks and registering again.",
                 lost.name,
