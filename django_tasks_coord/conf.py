@@ -72,9 +72,8 @@ DEFAULTS: dict[str, Any] = {
     "STATUS_INTERVAL": 10.0,
     # runscheduler: seconds between sweeps for dead owners (and external executors'
     # timeouts) in the cluster. Any node can sweep for all: a node alone sweeps every
-    # REAP_INTERVAL; of N live owners, each node sweeps every N x REAP_INTERVAL on average
-    # (capped at 2 x LIVENESS_INTERVAL, then jittered by +-50%), so the cluster sweeps about
-    # every REAP_INTERVAL whatever its size.
+    # REAP_INTERVAL; N live owners take turns in slots of REAP_INTERVAL seconds (wall clock),
+    # two per slot, so the cluster sweeps at every slot even when one of them is dead.
     "REAP_INTERVAL": 5.0,
     # runscheduler: run the job scheduler (submitting due slots of periodic jobs) in this node.
     "SCHEDULER": True,

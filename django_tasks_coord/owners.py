@@ -13,6 +13,7 @@ import os
 import socket
 import uuid
 from datetime import timedelta
+from typing import NamedTuple
 
 from django.db import IntegrityError, connections, models, transaction
 from django.db.models import Count
@@ -148,22 +149,45 @@ def expire(older_than: timedelta | None = None) -> list[Task]:
         return _expire_owner_ids(ids, using) if ids else []
 
 
+class Survey(NamedTuple):
+    """What one sweep (:func:`survey`) found: the tasks it freed, the live owners (at
+    least 1) and the rank of the asking owner among them (0 for the oldest)."""
+
+    freed: list[Task]
+    live: int
+    rank: int
+
+
+def survey(owner: Owner | None = None, older_than: timedelta | None = None) -> Survey:
+    """:func:`expire`, count the owners still alive and rank ``owner`` among them (by
+    registration: the number of live owners registered before it), in one statement when
+    none is dead.
+
+    The count and the rank are how a node takes its turns at the cluster-wide chores
+    (this sweep, timeouts of external executors): see
+    :meth:`django_tasks_coord.node.lifeline.Lifeline.sweep_wait`. The common case, nobody
+    dead, is one read-only ``SELECT`` of three counts; only when some owner is stale does
+    :func:`expire` run.
+    """
+    bound = app_settings.liveness_interval if older_than is None else older_than
+    stale_q = _older_than(bound)
+    before = models.Q(pk__lt=owner.pk if owner is not None else 0) & ~stale_q
+    counts = Owner.objects.using(db.alias()).aggregate(
+        total=Count("pk"), stale=Count("pk", filter=stale_q), before=Count("pk", filter=before)
+    )
+    total, stale = counts["total"] or 0, counts["stale"] or 0
+    live, rank = max(total - stale, 1), min(counts["before"] or 0, max(total - stale - 1, 0))
+    return Survey(expire(bound) if stale else [], live, rank)
+
+
 def sweep(older_than: timedelta | None = None) -> tuple[list[Task], int]:
     """:func:`expire`, and count the owners still alive, in one statement when none is dead.
 
-    Returns the freed tasks and the number of live owners (at least 1). The count is
-    how a node spreads the cluster-wide chores (this sweep, timeouts of external
-    executors) over the live nodes. The common case, nobody dead, is one read-only
-    ``SELECT`` of two counts; only when some owner is stale does :func:`expire` run.
+    Returns the freed tasks and the number of live owners (at least 1): :func:`survey`
+    without a rank.
     """
-    bound = app_settings.liveness_interval if older_than is None else older_than
-    counts = Owner.objects.using(db.alias()).aggregate(
-        total=Count("pk"), stale=Count("pk", filter=_older_than(bound))
-    )
-    total, stale = counts["total"] or 0, counts["stale"] or 0
-    if not stale:
-        return [], max(total, 1)
-    return expire(bound), max(total - stale, 1)
+    freed, live, _ = survey(None, older_than)
+    return freed, live
 
 
 def _expire_owner_ids(ids: list[int], using: str) -> list[Task]:

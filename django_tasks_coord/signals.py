@@ -13,8 +13,10 @@
 
 Every signal is sent by a ``runscheduler`` node (or whatever runs the same service
 code, such as :func:`django_tasks_coord.scheduling.scheduler.submit_due`) *after*
-the change is committed to the database, and never for a change whose write failed
-(a node killed between the commit and the signal never sends it), with
+the change is committed to the database, never for a change whose write failed, and
+never twice for one change (only the node whose claim wrote an outcome announces it); a
+node killed between the commit and the signal never sends it (docs/reference/signals.md:
+the outcome in the database is the truth), with
 :meth:`~django.dispatch.Signal.send_robust`:
 an exception in a receiver is logged (logger ``django_tasks_coord.signals``) and
 never breaks the node. Receivers run in the node's threads (the dispatcher, the

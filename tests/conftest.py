@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from django_tasks_coord import queue
+from django_tasks_coord import db, queue
 from django_tasks_coord.models import Topic
 from tests import store_rule
 
@@ -30,6 +30,14 @@ def _forget_known_topics() -> Iterator[None]:
     queue.known_topics.clear()
     yield
     queue.known_topics.clear()
+
+
+@pytest.fixture(autouse=True)
+def _no_outage() -> Iterator[None]:
+    """An outage a test left open (``db.OUTAGE``) must not silence the next test's."""
+    db.OUTAGE.reset()
+    yield
+    db.OUTAGE.reset()
 
 
 @pytest.fixture

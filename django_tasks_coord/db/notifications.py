@@ -104,8 +104,15 @@ def wake(conn: BaseDatabaseWrapper, topics: Iterable[str]) -> None:
     try:
         with conn.cursor() as cursor:
             cursor.execute(sql, params)
-    except DatabaseError as exc:
-        logger.warning("Could not wake the nodes of %s (%s); they will poll.", names, exc)
+    except DatabaseError as exc:  # a lost connection is an outage the node reports once
+        from django_tasks_coord.db.reconnect import connection_lost
+
+        logger.log(
+            logging.DEBUG if connection_lost(exc) else logging.WARNING,
+            "Could not wake the nodes of %s (%s); they will poll.",
+            names,
+            exc,
+        )
 
 
 class _Wake:

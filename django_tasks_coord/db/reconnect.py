@@ -8,6 +8,8 @@ waits and the same two log lines (logger ``django_tasks_coord.db``).
 from __future__ import annotations
 
 import logging
+import math
+import threading
 import time
 from collections.abc import Callable
 
@@ -104,24 +106,125 @@ def reset_connection(using: str | None = None) -> None:
             conn.connection = None
 
 
+#: Seconds after an outage ended during which a connection found broken is taken for one
+#: left over from it (a loop that was idle through it, or whose connection the server
+#: terminated with the others'), not for a new outage: logged at DEBUG, unless its retry
+#: fails too.
+STALE_WINDOW = 60.0
+
+
+class Outage:
+    """The outages of the database as this process sees them: one WARNING, one INFO each.
+
+    Every loop of a node has its own :class:`Backoff`, but they all lose their connections
+    at once (a restart, ``pg_terminate_backend``). The first loop whose connection is lost
+    opens the outage and logs the one WARNING; the others log at DEBUG. The first loop
+    that reaches the database again closes it and logs the one INFO. A connection found
+    broken within :data:`STALE_WINDOW` seconds after an outage ended was broken by it (an
+    idle loop only notices at its next query): DEBUG, and only if its retry fails as well
+    is it a new outage (WARNING). Thread-safe; one per process (:data:`OUTAGE`).
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self.since: float | None = None  # None: no outage open
+        self.ended = -math.inf
+        #: Outages announced so far (a WARNING each), for tests and the status of a node.
+        self.count = 0
+
+    def reset(self) -> None:
+        """Forget every outage (tests; a process that starts over)."""
+        with self._lock:
+            self.since, self.ended, self.count = None, -math.inf, 0
+
+    @property
+    def open(self) -> bool:
+        """Whether an outage is under way (announced, not yet over)."""
+        return self.since is not None
+
+    def recent(self) -> bool:
+        """Whether an outage is under way or ended less than :data:`STALE_WINDOW` ago."""
+        return self.since is not None or self._clock() - self.ended < STALE_WINDOW
+
+    def lost(self, what: str, error: BaseException, delay: float, failures: int) -> None:
+        """Loop ``what`` lost its connection (its ``failures``-th failure in a row) and
+        retries in ``delay`` seconds."""
+        now = self._clock()
+        with self._lock:
+            if self.since is not None:
+                announce = False
+            elif failures == 1 and now - self.ended < STALE_WINDOW:
+                announce = False  # a connection broken by the outage that just ended
+            else:
+                announce, self.since = True, now
+                self.count += 1
+        if announce:
+            logger.warning(
+                "%s: the database connection was lost (%s); retrying in %ss. Every loop of "
+                "this process backs off (up to %ss between tries) and one line says when the "
+                "database answers again.",
+                what,
+                error,
+                delay,
+                RECONNECT_MAX_DELAY,
+            )
+        else:
+            logger.debug("%s: the database connection was lost (%s); retrying in %ss.",
+                         what, error, delay)  # fmt: skip
+
+    def back(self, what: str, failures: int) -> None:
+        """Loop ``what`` reached the database again after ``failures`` failed attempts."""
+        now = self._clock()
+        with self._lock:
+            since, self.since = self.since, None
+            if since is not None:
+                self.ended = now
+        if since is not None:
+            logger.info(
+                "%s: the database answers again, %.1fs after the connection was lost (after "
+                "%s failed attempt(s) of this loop).",
+                what,
+                now - since,
+                failures,
+            )
+        else:
+            logger.debug("%s: the database answers again (after %s failed attempt(s)).",
+                         what, failures)  # fmt: skip
+
+
+#: This process's :class:`Outage`: every :class:`Backoff` reports to it.
+OUTAGE = Outage()
+
+
 class Backoff:
-    """The waits of one loop through an outage, and the two log lines it costs.
+    """The waits of one loop through an outage.
 
     :meth:`failed` returns how long to wait before trying again: ``first``
     (:data:`RECONNECT_DELAY`), doubled after each further failure up to ``cap``
-    (:data:`RECONNECT_MAX_DELAY`); :meth:`succeeded` resets it. The first failure of an
-    outage is logged as a WARNING, the others at DEBUG, and the end of the outage at
-    INFO, so an outage costs each loop two log lines, not one per try. For a
-    connection of the loop's own (LISTEN); a loop on Django's connection uses
-    :class:`Reconnect`.
+    (:data:`RECONNECT_MAX_DELAY`); :meth:`succeeded` resets it. A lost connection is
+    reported to the process's :class:`Outage` (:data:`OUTAGE`), so that an outage costs
+    the whole process one WARNING and one INFO, however many loops and tries it took.
+    Another database error (a deadlock, a failed statement) is the loop's own: its first
+    failure in a row is a WARNING, the others DEBUG, and its end an INFO. For a connection
+    of the loop's own (LISTEN); a loop on Django's connection uses :class:`Reconnect`.
     """
 
-    def __init__(self, what: str, *, first: float | None = None, cap: float | None = None) -> None:
+    def __init__(
+        self,
+        what: str,
+        *,
+        first: float | None = None,
+        cap: float | None = None,
+        outage: Outage | None = None,
+    ) -> None:
         self.what = what
         self.first = RECONNECT_DELAY if first is None else first
         self.cap = max(RECONNECT_MAX_DELAY if cap is None else cap, self.first)
+        self.outage = OUTAGE if outage is None else outage
         self.failures = 0
         self._since = 0.0
+        self._own = False  # whether this loop logged a WARNING of its own (not an outage)
 
     @property
     def delay(self) -> float:
@@ -133,15 +236,14 @@ class Backoff:
     def failed(self, error: BaseException) -> float:
         """One more failure: return the seconds to wait before retrying."""
         self.failures += 1
-        lost = connection_lost(error)
         if self.failures == 1:
             self._since = time.monotonic()
+        if connection_lost(error):
+            self.outage.lost(self.what, error, self.delay, self.failures)
+        elif not self._own:
+            self._own = True
             logger.warning(
-                "%s: %s (%s); retrying in %ss.",
-                self.what,
-                "the database connection was lost" if lost else "a database error",
-                error,
-                self.delay,
+                "%s: a database error (%s); retrying in %ss.", self.what, error, self.delay
             )
         else:
             logger.debug("%s: still failing (%s); retrying in %ss.", self.what, error, self.delay)
@@ -150,13 +252,16 @@ class Backoff:
     def succeeded(self) -> None:
         """The loop reached the database again."""
         if self.failures:
-            logger.info(
-                "%s: the database answers again (after %s failed attempt(s), %.1fs).",
-                self.what,
-                self.failures,
-                time.monotonic() - self._since,
-            )
+            self.outage.back(self.what, self.failures)
+            if self._own:
+                logger.info(
+                    "%s: the database answers again (after %s failed attempt(s), %.1fs).",
+                    self.what,
+                    self.failures,
+                    time.monotonic() - self._since,
+                )
         self.failures = 0
+        self._own = False
 
 
 class Reconnect(Backoff):
@@ -173,8 +278,9 @@ class Reconnect(Backoff):
         first: float | None = None,
         cap: float | None = None,
         using: str | None = None,
+        outage: Outage | None = None,
     ) -> None:
-        super().__init__(what, first=first, cap=cap)
+        super().__init__(what, first=first, cap=cap, outage=outage)
         self.using = using
 
     def failed(self, error: BaseException) -> float:

@@ -164,7 +164,9 @@ class Executor:
             )
         if task.is_completed:  # the handler completed it in its own transaction (fenced run)
             self.completer.put(task_type, task, decision)
-        elif task_type is not None and not task_type.may_complete(task):
+        elif task_type is not None and not db.retry_while_lost(  # a leader's term is read
+            functools.partial(task_type.may_complete, task), what="Checking a term", wait=wait
+        ):
             logger.warning(
                 "Not completing %s: this node no longer leads under term %s.",
                 task,
@@ -196,7 +198,11 @@ class Executor:
             logger.warning("Could not schedule a retry of %s: %s", task, exc)
         else:
             self.state.stats["retried"] += 1
-            logger.warning(
+            # An attempt that failed because the database connection was lost is part of
+            # the outage, which the node reports once (django_tasks_coord.db): INFO here.
+            lost = decision.exception is not None and db.connection_lost(decision.exception)
+            logger.log(
+                logging.INFO if lost else logging.WARNING,
                 "Task %s failed (attempt %s of %s), retrying in %.1fs: %s",
                 task,
                 task.attempts,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import math
-import random
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -44,7 +43,6 @@ class Lifeline:
         topics: Callable[[], list[str]],
         completer_idle: Callable[[], bool],
         rejoin: Callable[[], None],
-        rng: random.Random | None = None,
     ) -> None:
         self.state = state
         self.config = state.config
@@ -52,8 +50,6 @@ class Lifeline:
         self.topics = topics
         self.completer_idle = completer_idle
         self.rejoin = rejoin
-        #: The jitter of the sweeps (:meth:`sweep_wait`).
-        self.random = rng or random.Random()
         self.wake = WakeEvent(state.stopping)
         #: True while it beats at the idle rate (:meth:`beat_interval`).
         self.beating_idle = False
@@ -84,7 +80,7 @@ class Lifeline:
                 self._beat(now, woken)
             if now >= self._next_sweep:
                 self._next_sweep = now + config.reap_interval  # retried then if it fails
-                self._next_sweep = now + self.sweep_wait(self.sweep())
+                self._next_sweep = now + self.sweep_wait(*self.sweep())
             if status and now - self._last_status >= status:
                 self._last_status = now
                 self.status_line()
@@ -196,7 +192,10 @@ class Lifeline:
         at the next beat, now."""
         lost = self.state.claims.lose()
         if lost is not None:
-            logger.error(
+            # After a database outage longer than the liveness interval this is its expected
+            # consequence (a WARNING); otherwise the node was frozen or starved (an ERROR).
+            logger.log(
+                logging.WARNING if db.OUTAGE.recent() else logging.ERROR,
                 "Node %s may have been declared dead (no heartbeat for over %ss, or its owner "
                 "row is gone): dropping its buffered tasks and registering again.",
                 lost.name,
@@ -205,30 +204,40 @@ class Lifeline:
             )
         self.wake.set()
 
-    def sweep_wait(self, live: int) -> float:
+    def sweep_wait(self, live: int, rank: int = 0) -> float:
         """Seconds to this node's next sweep (dead owners, executors' timeouts, dead group
         members): these are chores of the cluster, which any node does for all.
 
-        A node alone sweeps every ``REAP_INTERVAL``. Of ``live`` owners each sweeps every
-        ``live * REAP_INTERVAL`` on average, capped at ``max(REAP_INTERVAL, 2 *
-        LIVENESS_INTERVAL)`` and jittered by +-50% (nodes started together drift apart),
-        so the cluster sweeps about every ``REAP_INTERVAL`` whatever its size.
+        A node alone sweeps every ``REAP_INTERVAL``. Of ``live`` owners, the one of rank
+        ``rank`` (:func:`~django_tasks_coord.owners.survey`) takes turns: the wall clock is
+        cut into slots of ``REAP_INTERVAL`` seconds, slot ``k`` is swept at its start by
+        the owners of ranks ``k mod live`` and ``k - 1 mod live``. So the cluster sweeps at
+        the start of every slot, twice (each node every ``live / 2`` slots on average),
+        and still at every slot when one of them is dead: a dead node's tasks are freed
+        at the first slot start after its heartbeat is ``LIVENESS_INTERVAL`` old, at most
+        ``LIVENESS_INTERVAL + REAP_INTERVAL`` after its last heartbeat (plus the sweep's
+        own time and the nodes' clock skew).
         """
-        config = self.config
+        period = self.config.reap_interval
         if live <= 1:
-            return config.reap_interval
-        cap = max(config.reap_interval, 2 * config.liveness_interval)
-        return min(live * config.reap_interval, cap) * self.random.uniform(0.5, 1.5)
+            return period
+        now = self.state.clock.now().timestamp()
+        slot = math.floor(now / period) + 1  # the next slot
+        for ahead in range(live):
+            if (slot + ahead - rank) % live in (0, 1):
+                return max((slot + ahead) * period - now, 0.0)
+        return period  # unreachable: one of any ``live`` consecutive slots is this node's
 
-    def sweep(self) -> int:
+    def sweep(self) -> tuple[int, int]:
         """Free dead owners' tasks, forget long-dead group members, enforce executors'
-        timeouts. Returns the number of live owners."""
-        _, live = owners.sweep(timedelta(seconds=self.config.liveness_interval))
+        timeouts. Returns the number of live owners and this node's rank among them."""
+        bound = timedelta(seconds=self.config.liveness_interval)
+        _, live, rank = owners.survey(self.state.owner, bound)
         self.state.live_nodes = max(live, 1)  # the work watch looks less often in a crowd
         if self.state.leadership is not None:
             coordination.forget_dead(timedelta(seconds=10 * self.config.liveness_interval))
         executions.reap()  # timeouts of tasks run by external executors
-        return live
+        return live, rank
 
     def status_line(self) -> None:
         """Log the node's counters and its topics' queue depth (INFO; skipped, with its

@@ -107,16 +107,28 @@ class PerRow(Expression):
 def write_changes(changes: list[Change]) -> None:
     """Write ``changes`` (see the module docstring) and set each one's ``ok``.
 
-    Within one set of fields, a row's later change supersedes its earlier ones (only
-    the last is written; the earlier get its ``ok``).
+    Within one set of fields, a row's later change under the same claim supersedes its
+    earlier ones (only the last is written; the earlier get its ``ok``). Changes of one row
+    under different claims (a run whose claim was lost, finishing beside the run of the
+    claim that replaced it) are written in turn, each fenced by its own claim: at most one
+    of them can be written, and only its ``ok`` is True.
     """
-    groups: dict[tuple[str, ...], dict[int, list[Change]]] = {}
+    groups: dict[tuple[str, ...], dict[tuple[int, Any], list[Change]]] = {}
     for change in changes:
         kind = tuple(sorted(name for name in change.fields if name != "finished_at"))
         rows = groups.setdefault(kind, {})
-        rows.setdefault(change.task.pk, []).append(change)
+        rows.setdefault((change.task.pk, change.task.exec_id), []).append(change)
     for fields, rows in groups.items():
-        _update(fields, [writes[-1] for writes in rows.values()])
+        rounds: list[dict[int, Change]] = []  # one UPDATE each: a row once per statement
+        for writes in rows.values():
+            last = writes[-1]
+            free = next((r for r in rounds if last.task.pk not in r), None)
+            if free is None:
+                free = {}
+                rounds.append(free)
+            free[last.task.pk] = last
+        for round_ in rounds:
+            _update(fields, list(round_.values()))
         for writes in rows.values():
             for earlier in writes[:-1]:
                 earlier.ok = writes[-1].ok

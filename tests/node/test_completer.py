@@ -200,3 +200,48 @@ def test_outcomes_whose_connection_broke_are_written_again_once(
     assert [row.state for row in rows] == [TaskState.SUCCEEDED] * 3
     assert [row.finished_at for row in rows] == [task.finished_at for task in claimed]
     assert [row.result for row in rows] == [0, 1, 2]
+
+
+def test_two_runs_of_one_task_in_a_batch_complete_it_once(claimed, writer, monkeypatch):
+    """A run whose claim was lost (its node was declared dead, then claimed the task again)
+    finishes in the same batch as the run of the new claim: only the latter is written and
+    followed up (``on_outcome``, the signals): the task is not announced twice."""
+    monkeypatch.setattr(completer_module, "START_DELAY", 3600)
+    old = claimed[0]
+    lost_claim = old.exec_id
+    queue.release(old)  # its claim is lost...
+    old.exec_id = lost_claim  # (the run still quotes it)
+    (new,) = [t for t in queue.poll("w", 3) if t.pk == old.pk]  # ...and the task claimed again
+    followed: list[tuple[int, object]] = []
+    monkeypatch.setattr(
+        writer._follow_ups,
+        "completed",
+        lambda items: followed.extend((task.pk, task.exec_id) for _, task, _ in items),
+    )
+    batch = [(EVERY, old, succeeded(old, "stale")), (EVERY, new, succeeded(new, "fresh"))]
+    writer._write(batch)
+    assert followed == [(new.pk, new.exec_id)]
+    stored = Task.objects.get(pk=new.pk)
+    assert (stored.state, stored.result) == (TaskState.SUCCEEDED, "fresh")
+    # And the other way round: the stale run handed over last is still not written.
+    queue.push("w", "again")
+    (fresh,) = queue.poll("w", 1)
+    stale = Task.objects.get(pk=fresh.pk)
+    stale.exec_id = old.exec_id
+    followed.clear()
+    writer._write(
+        [(EVERY, fresh, succeeded(fresh, "fresh")), (EVERY, stale, succeeded(stale, "x"))]
+    )
+    assert followed == [(fresh.pk, fresh.exec_id)]
+
+
+def test_a_stale_and_a_current_change_of_one_row_are_each_fenced_by_their_claim(claimed):
+    old = claimed[0]
+    lost_claim = old.exec_id
+    queue.release(old)
+    old.exec_id = lost_claim
+    (new,) = [t for t in queue.poll("w", 3) if t.pk == old.pk]
+    writes = [store.Change(old, outcome("stale")), store.Change(new, outcome("fresh"))]
+    store.write_changes(writes)
+    assert [write.ok for write in writes] == [False, True]
+    assert Task.objects.get(pk=new.pk).result == "fresh"

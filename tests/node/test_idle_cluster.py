@@ -8,7 +8,6 @@ sleeps to let time pass.
 from __future__ import annotations
 
 import itertools
-import random
 import statistics
 import threading
 from datetime import datetime, timedelta
@@ -95,12 +94,12 @@ def lifeline(node: Node, monkeypatch, *, until: float, live: int = 1, on_wait=No
         beats.append(round(clock.seconds - 1000.0, 3))
         return True
 
-    def sweep(older_than):
+    def survey(owner, older_than):
         sweeps.append(round(clock.seconds - 1000.0, 3))
-        return [], live
+        return owners.Survey([], live, 0)
 
     monkeypatch.setattr(owners, "beat", lambda owner, read: (beat(owner), None))
-    monkeypatch.setattr(owners, "sweep", sweep)
+    monkeypatch.setattr(owners, "survey", survey)
     monkeypatch.setattr("django_tasks_coord.executions.reap", lambda: None)
 
     def waited(at: float) -> None:
@@ -183,49 +182,56 @@ def test_a_failed_idle_beat_is_retried_after_a_heartbeat(monkeypatch):
 # --- cluster-wide chores ----------------------------------------------------------------------
 
 
-def test_of_n_live_nodes_each_sweeps_every_n_reap_intervals_on_average(monkeypatch):
-    node = idle_node(heartbeat_frequency=1.0, liveness_interval=30.0, reap_interval=5.0)
-    node.lifeline.random = random.Random(7)
+def at_wall(node: Node, seconds: float) -> None:
+    """Put ``node``'s wall clock at ``seconds`` since the epoch (its slots are aligned on it)."""
+    clock = node.state.clock
+    clock.seconds = seconds  # type: ignore[attr-defined]
+
+
+def sweep_times(node: Node, live: int, rank: int, until: float) -> list[float]:
+    """When ``node`` of ``rank`` among ``live`` sweeps, from 0 to ``until`` on its wall clock."""
+    times, at = [], 0.0
+    while at < until:
+        at_wall(node, at)
+        at += node.lifeline.sweep_wait(live, rank)
+        times.append(round(at, 6))
+    return times
+
+
+def test_of_n_live_nodes_each_sweeps_twice_every_n_reap_intervals():
+    node = cluster_node(heartbeat_frequency=1.0, liveness_interval=30.0, reap_interval=5.0)
     assert node.lifeline.sweep_wait(1) == 5.0  # alone: exactly REAP_INTERVAL
-    waits = [node.lifeline.sweep_wait(8) for _ in range(2000)]
-    assert min(waits) >= 20.0 and max(waits) <= 60.0  # 8 x 5 s, +-50%
-    assert statistics.mean(waits) == pytest.approx(40.0, rel=0.05)
-    # A big cluster: capped at 2 x LIVENESS_INTERVAL (then jittered) on each node.
-    waits = [node.lifeline.sweep_wait(100) for _ in range(2000)]
-    assert min(waits) >= 30.0 and max(waits) <= 90.0
+    at_wall(node, 1002.0)
+    assert node.lifeline.sweep_wait(8, 3) == pytest.approx(13.0)  # slot 203 (203 % 8 == 3)
+    times = sweep_times(node, live=8, rank=3, until=400.0)
+    # Slots k with k % 8 in (3, 4): at 15 s and 20 s of each 40 s.
+    assert times[:4] == [15.0, 20.0, 55.0, 60.0]
+    assert len(times) == pytest.approx(2 * 400 / 40, abs=2)
 
 
 def test_a_node_sweeps_at_the_rate_its_last_sweep_counted(monkeypatch):
     node = cluster_node(heartbeat_frequency=1.0, liveness_interval=30.0, reap_interval=5.0)
-    node.lifeline.random = random.Random(1)
     _, sweeps = lifeline(node, monkeypatch, until=400.0, live=8)
     assert sweeps[0] == 5.0  # the first one after REAP_INTERVAL, as before
     gaps = [b - a for a, b in itertools.pairwise(sweeps)]
-    assert all(20.0 <= gap <= 60.0 for gap in gaps)
-    # 8 such nodes sweep 8 / 40 s: the cluster about every REAP_INTERVAL.
-    assert statistics.mean(gaps) == pytest.approx(40.0, rel=0.25)
+    assert all(gap in (5.0, 35.0) for gap in gaps), gaps  # two slots of every eight
+    assert statistics.mean(gaps) == pytest.approx(20.0, rel=0.1)
 
 
-def test_the_cluster_sweeps_about_every_reap_interval(monkeypatch):
-    """8 nodes with independent jitter: the longest gap between two sweeps of the cluster is
-    what a dead node's tasks may wait beyond the liveness interval."""
-    rng = random.Random(3)
-    nodes = []
-    for _ in range(8):
-        node = idle_node(heartbeat_frequency=1.0, liveness_interval=30.0, reap_interval=5.0)
-        node.lifeline.random = random.Random(rng.random())
-        nodes.append(node)
-    times: list[float] = []
-    for node in nodes:
-        at = 5.0
-        while at < 3600.0:
-            times.append(at)
-            at += node.lifeline.sweep_wait(8)
-    times.sort()
-    steady = [t for t in times if t > 100.0]
-    gaps = [b - a for a, b in itertools.pairwise(steady)]
-    assert statistics.mean(gaps) == pytest.approx(5.0, rel=0.15)
-    assert max(gaps) < 60.0  # never worse than one node's longest wait
+@pytest.mark.parametrize("live", [2, 3, 8, 100])
+def test_the_cluster_sweeps_every_reap_interval_even_without_one_of_its_nodes(live):
+    """The longest gap between two sweeps of the cluster is what a dead node's tasks may
+    wait beyond the liveness interval: REAP_INTERVAL, even when the dead node was one whose
+    turn it was (each slot is swept by two nodes)."""
+    nodes = [cluster_node(liveness_interval=30.0, reap_interval=5.0) for _ in range(live)]
+    until = 5.0 * live * 3
+    times = {rank: sweep_times(node, live, rank, until) for rank, node in enumerate(nodes)}
+    for dead in [None, *range(live)]:
+        swept = sorted({t for rank, ts in times.items() if rank != dead for t in ts})
+        steady = [t for t in swept if 5.0 * live <= t <= until - 5.0 * live]
+        assert max(b - a for a, b in itertools.pairwise(steady)) == pytest.approx(5.0), dead
+    # Twice per slot in all: each node's share shrinks as the cluster grows.
+    assert sum(len(ts) for ts in times.values()) == pytest.approx(2 * until / 5.0, abs=2 * live)
 
 
 # --- PostgreSQL: the safety-net polls while NOTIFY wakes the node ----------------------------

@@ -134,6 +134,87 @@ def test_an_outage_is_logged_once_per_loop(caplog):
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def loud(caplog) -> list[tuple[str, str]]:
+    """The records above DEBUG: (level, the loop that logged it)."""
+    return [
+        (r.levelname, r.getMessage().split(":")[0])
+        for r in caplog.records
+        if r.levelno > logging.DEBUG
+    ]
+
+
+def test_an_outage_is_logged_once_per_process_however_many_loops_and_tries(caplog):
+    """Every loop of a node loses its connection at once: one WARNING, one INFO in all."""
+    clock = Clock()
+    outage = db.Outage(clock)
+    loops = [db.Backoff(name, outage=outage) for name in ("LISTEN", "Heartbeat", "Claiming")]
+    with caplog.at_level(logging.DEBUG, logger="django_tasks_coord.db"):
+        for _ in range(4):
+            for loop in loops:
+                loop.failed(lost())
+            clock.now += 1
+        for loop in loops:
+            loop.succeeded()
+        clock.now += 5
+        # A loop idle through the outage finds its connection broken afterwards: it was
+        # broken by the same outage, and its retry gets through.
+        idle = db.Backoff("Retention", outage=outage)
+        idle.failed(lost())
+        idle.succeeded()
+    assert loud(caplog) == [("WARNING", "LISTEN"), ("INFO", "LISTEN")]
+    assert outage.count == 1 and not outage.open
+
+
+def test_a_new_outage_is_logged_again(caplog):
+    clock = Clock()
+    outage = db.Outage(clock)
+    first, second = db.Backoff("Heartbeat", outage=outage), db.Backoff("Claiming", outage=outage)
+    with caplog.at_level(logging.DEBUG, logger="django_tasks_coord.db"):
+        first.failed(lost())
+        first.succeeded()
+        clock.now += 5
+        second.failed(lost())  # soon after: taken for a connection broken by the first...
+        second.failed(lost())  # ...until its retry fails too: the database is down again
+        second.succeeded()
+        clock.now += db.STALE_WINDOW + 1
+        first.failed(lost())  # long after: a new outage at once
+        first.succeeded()
+    assert loud(caplog) == [
+        ("WARNING", "Heartbeat"),
+        ("INFO", "Heartbeat"),
+        ("WARNING", "Claiming"),
+        ("INFO", "Claiming"),
+        ("WARNING", "Heartbeat"),
+        ("INFO", "Heartbeat"),
+    ]
+    assert outage.count == 3
+
+
+def test_other_database_errors_stay_each_loops_own(caplog):
+    outage = db.Outage(Clock())
+    loops = [db.Backoff(name, outage=outage) for name in ("Heartbeat", "Claiming")]
+    with caplog.at_level(logging.DEBUG, logger="django_tasks_coord.db"):
+        for loop in loops:
+            loop.failed(mysql(1213, "Deadlock found"))
+            loop.failed(mysql(1213, "Deadlock found"))
+            loop.succeeded()
+    assert loud(caplog) == [
+        ("WARNING", "Heartbeat"),
+        ("INFO", "Heartbeat"),
+        ("WARNING", "Claiming"),
+        ("INFO", "Claiming"),
+    ]
+    assert outage.count == 0
+
+
 # --- on a real server ---------------------------------------------------------------------
 
 

@@ -4,20 +4,25 @@ working. Real runscheduler nodes on PostgreSQL and MariaDB (SQLite runs one node
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
+import time
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 from django.db import connection
-from django.db.models import Count
+from django.db.models import Count, Max
 from django.utils import timezone
 
 from django_tasks_coord import queue, scheduling, topics
 from django_tasks_coord.enums import TaskState
 from django_tasks_coord.models import Owner, Task
 from django_tasks_coord.scheduling import JOBS_TOPIC
-from tests.processes import reap, runscheduler, stopped, wait_for
+from tests.processes import ROOT, reap, runscheduler, stopped, subprocess_env, wait_for
 from tests.testapp.models import Run
 
 pytestmark = [
@@ -117,3 +122,72 @@ def test_a_resumed_zombie_starts_nothing_it_held_and_registers_again(work_topic)
     # Every task completed exactly once, none left behind.
     assert Run.objects.filter(topic="work").values("identifier").distinct().count() == 165
     assert not Task.objects.filter(topic_id="work").exclude(state=TaskState.SUCCEEDED).exists()
+
+
+FENCED = "tests.testapp.job_functions.fenced_record"
+
+
+def logged_node(name: str, log: Path, settings: dict[str, object]) -> subprocess.Popen[str]:
+    """A node of group ``g`` only, logging to the file ``log``."""
+    with log.open("w") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "django", "runscheduler", "--node-id", name, "--group", "g"],
+            cwd=ROOT,
+            env=subprocess_env(TASKS_COORD_JSON=json.dumps(settings)),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+
+@pytest.mark.skipif(
+    connection.vendor == "mysql" and not os.environ.get("TASKS_COORD_TEST_MARIADB_KILLS"),
+    reason="27 s on MariaDB: by hand (TASKS_COORD_TEST_MARIADB_KILLS=1), over the CI budget",
+)
+def test_a_leader_frozen_in_a_run_commits_nothing_once_declared_dead(transactional_db, tmp_path):
+    """The leader freezes inside a leader-only run, before its fenced commit; it is declared
+    dead and a standby takes over. Once it resumes, the run's fenced commit is refused: no
+    effect under its old term after it was declared dead, each slot's effect at most once."""
+    scheduling.schedule_recurring(
+        FENCED, 2, job_id="lead", group="g", leader_only=True, kwargs={"sleep": 1.5}
+    )
+    settings = {**SETTINGS, "WORKERS": 1, "BUFFER": 1}
+    log = tmp_path / "zombie.log"
+    leader = logged_node("zombie", log, settings)
+    nodes = {"zombie": leader}
+    try:
+        wait_for(lambda: Run.objects.filter(topic="leader", node="zombie").exists(), timeout=60)
+        nodes["standby"] = logged_node("standby", tmp_path / "standby.log", settings)
+        wait_for(lambda: Owner.objects.filter(name="standby").exists(), timeout=60)
+        old_term = Run.objects.filter(topic="leader", node="zombie").aggregate(t=Max("term"))["t"]
+        done = Run.objects.filter(topic="leader").count()
+        # Frozen inside the next run (claimed at once: its only worker is free), before the
+        # fenced block at its end.
+        wait_for(lambda: Run.objects.filter(topic="leader").count() > done, timeout=60)
+        wait_for(
+            lambda: Task.objects.filter(
+                owner__name="zombie", state=TaskState.ACTIVE, identifier="lead"
+            ).exists(),
+            timeout=60,
+            interval=0.01,
+        )
+        time.sleep(0.4)  # into the run's 1.5 s (claimed is not started yet), not a condition
+        old_owner = Owner.objects.get(name="zombie").pk
+        os.kill(leader.pid, signal.SIGSTOP)
+        try:
+            wait_for(lambda: not Owner.objects.filter(pk=old_owner).exists(), timeout=60)
+            declared_dead_at = timezone.now()
+            wait_for(lambda: Run.objects.filter(topic="leader", node="standby").exists(), 60)
+        finally:
+            os.kill(leader.pid, signal.SIGCONT)
+        # Its run goes on to its fenced block, which must be refused (the run not completed).
+        late = Run.objects.filter(
+            topic="leader", node="zombie", term=old_term, started_at__gt=declared_dead_at
+        )
+        wait_for(lambda: "Not completing" in log.read_text() or late.exists(), timeout=60)
+    finally:
+        for proc in nodes.values():
+            reap(proc, signal.SIGTERM)
+    assert not late.exists(), log.read_text()
+    fenced = list(Run.objects.filter(topic="leader").values_list("slot", flat=True))
+    assert len(fenced) == len(set(fenced))

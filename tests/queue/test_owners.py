@@ -129,3 +129,19 @@ def test_sweep_frees_the_dead_and_counts_the_rest(topic):
     assert owners.sweep(timedelta(seconds=30)) == ([], 1)
     Owner.objects.all().delete()
     assert owners.sweep(timedelta(seconds=30)) == ([], 1)  # never 0: the caller is one
+
+
+def test_survey_ranks_the_owner_among_the_live_ones_in_one_statement(topic):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from django_tasks_coord import owners
+
+    first, dead, third = (queue.register_owner(name) for name in ("first", "dead", "third"))
+    with CaptureQueriesContext(connection) as queries:
+        assert owners.survey(third, timedelta(seconds=30)) == ([], 3, 2)
+    assert len(queries) == 1  # still one read when nobody is dead
+    age(dead, 60)
+    # The dead one no longer counts (it is freed in the same sweep): the third is second now.
+    assert owners.survey(third, timedelta(seconds=30)) == ([], 2, 1)
+    assert owners.survey(first, timedelta(seconds=30)) == ([], 2, 0)
