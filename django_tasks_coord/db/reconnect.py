@@ -31,11 +31,14 @@ RECONNECT_MAX_DELAY = 2.0
 
 #: MySQL/MariaDB client and server error codes that mean the connection is gone: can't
 #: connect (2002, 2003), server has gone away (2006), lost connection (2013, 2055), the
-#: connection was killed (1927) or timed out idle (4031), server shutting down (1053).
-_MYSQL_LOST_CODES = frozenset({1053, 1927, 2002, 2003, 2006, 2013, 2055, 4031})
+#: connection was killed (1927) or timed out idle (4031), server shutting down (1053), or
+#: no connection to be had: the server's or the user's connections are all taken (1040,
+#: 1203).
+_MYSQL_LOST_CODES = frozenset({1040, 1053, 1203, 1927, 2002, 2003, 2006, 2013, 2055, 4031})
 #: PostgreSQL SQLSTATEs that mean the same: class 08 (connection exception), the server
-#: shutting down (57P01 admin, 57P02 crash) or not accepting connections yet (57P03).
-_PG_LOST_STATES = ("08", "57P01", "57P02", "57P03")
+#: shutting down (57P01 admin, 57P02 crash) or not accepting connections yet (57P03), or
+#: every connection slot taken (53300, ``too_many_connections``).
+_PG_LOST_STATES = ("08", "57P01", "57P02", "57P03", "53300")
 #: Messages of driver errors that carry no code (psycopg once its connection is broken).
 _LOST_PHRASES = (
     "connection is lost",
@@ -52,7 +55,13 @@ _LOST_PHRASES = (
     "gone away",
     "broken pipe",
     "the database system is",
+    "too many clients",
+    "too many connections",
+    "remaining connection slots are reserved",
 )
+#: The largest exponent :attr:`Backoff.delay` doubles by: ``2.0 ** n`` overflows a float
+#: past 1023, and an outage may well see a thousand failures.
+_MAX_DOUBLINGS = 32
 
 
 def _kinds(error: BaseException) -> set[str]:
@@ -231,7 +240,7 @@ class Backoff:
         """Seconds to wait after the latest failure."""
         if not self.failures:
             return 0.0
-        return min(self.first * 2.0 ** (self.failures - 1), self.cap)
+        return min(self.first * 2.0 ** min(self.failures - 1, _MAX_DOUBLINGS), self.cap)
 
     def failed(self, error: BaseException) -> float:
         """One more failure: return the seconds to wait before retrying."""

@@ -87,7 +87,12 @@ class Lifeline:
         except TasksCoordError:
             raise
         except Exception as exc:  # noqa: BLE001 - the database may be briefly unreachable
-            self._reconnect.failed(exc)  # closes the connection; a beat is retried after a beat
+            # Closes the connection; the beat is retried after a beat. A wake-up asked for
+            # during the failed round (registering again after being declared dead asks
+            # for one) must not retry it at once: that was a busy loop through an outage,
+            # a thousand failures a second.
+            self._reconnect.failed(exc)
+            self.wake.clear()
             self._next_beat = min(self._next_beat, now + config.heartbeat_frequency)
         else:
             self._reconnect.succeeded()

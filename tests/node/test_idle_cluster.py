@@ -351,3 +351,29 @@ def test_pausing_is_still_honoured_before_each_claim_after_poll_interval():
     clock.seconds += 1.0  # one POLL_INTERVAL later: the next claim round reads the topics first
     node.dispatcher.refresh_topics()
     assert node.dispatcher.topics == []
+
+
+def test_a_node_declared_dead_during_an_outage_retries_after_a_heartbeat_not_at_once(
+    monkeypatch,
+):
+    """Registering again asks the lifeline for a beat at once (``declared_dead`` sets its
+    wake-up); while the database is down, every try failed and asked again: a busy loop,
+    about a thousand failures a second through an outage (the fault suite's ``outage``
+    scenario), until the back-off overflowed and stopped every node. A failed round now
+    waits a heartbeat, whatever wake-up it asked for."""
+    from django.db import OperationalError
+
+    node = cluster_node(heartbeat_frequency=1.0, liveness_interval=30.0, reap_interval=5.0)
+    tries: list[float] = []
+
+    def rejoin() -> None:  # Node._rejoin with the database down
+        node.lifeline.declared_dead()
+        tries.append(round(node.state.clock.seconds - 1000.0, 3))
+        if len(tries) > 100:
+            node.state.stopping.set()  # the busy loop: stop it, the assertion below fails
+        raise OperationalError("connection refused")
+
+    node.lifeline.rejoin = rejoin  # type: ignore[method-assign]
+    node.state.claims.lose()  # the node counts itself dead: every beat registers again
+    lifeline(node, monkeypatch, until=20.0)
+    assert tries == [7.5 + n for n in range(13)]  # the first beat, then one try a heartbeat

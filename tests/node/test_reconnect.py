@@ -434,3 +434,37 @@ def test_a_claim_that_did_not_commit_still_fails():
         queue.poll("w", 1)
     assert len(statements) == 2  # then it looked for the claim, and found nothing
     assert Task.objects.get().state == TaskState.PENDING
+
+
+class TooManyClients(Exception):
+    """Stands for psycopg's error when every connection slot is taken."""
+
+    sqlstate = "53300"
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        OperationalError("connection failed: FATAL:  sorry, too many clients already"),
+        mysql(1040, "Too many connections"),
+        mysql(1203, "User root already has more than 'max_user_connections' active connections"),
+    ],
+    ids=["postgres", "1040", "1203"],
+)
+def test_a_server_out_of_connections_is_an_outage(error):
+    """No connection to be had is an outage to wait through, not a failed statement: a
+    worker that met it logged an ERROR with its traceback, and its task ran again after the
+    liveness interval (the fault suite's ``connections`` scenario)."""
+    assert db.connection_lost(error)
+    coded = OperationalError("connection failed")  # only the driver's SQLSTATE says why
+    coded.__cause__ = type("OperationalError", (TooManyClients,), {})("connection failed")
+    assert db.connection_lost(coded)
+
+
+def test_the_back_off_survives_a_long_outage():
+    """``2.0 ** failures`` overflows a float after 1,024 failures: a lifeline that failed
+    that often (a 30 s outage did) died of an ``OverflowError`` and stopped its node."""
+    backoff = db.Backoff("test", outage=db.Outage())
+    for _ in range(2000):
+        delay = backoff.failed(lost())
+    assert delay == db.RECONNECT_MAX_DELAY
