@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import time
 from collections.abc import Callable
 
 from django.db import DatabaseError
@@ -31,6 +32,7 @@ from django_tasks_coord.node.state import NodeState
 from django_tasks_coord.node.wakeup import WakeEvent
 from django_tasks_coord.node.watch import WorkWatch
 from django_tasks_coord.scheduling.names import GROUP_TOPIC_PREFIX, group_topic
+from django_tasks_coord.store import flow as flow_claims
 
 logger = logging.getLogger("django_tasks_coord.node")
 
@@ -313,10 +315,15 @@ class Dispatcher:
             self.executor.release(tasks, refund_attempt=True)
 
     def idle_timeout(self) -> float:
-        """Seconds to sleep: until the next delayed task is due, at most the idle wait."""
+        """Seconds to sleep: until the next delayed task is due, or a claim that a flow limit
+        held back may find room (:func:`~django_tasks_coord.store.flow.held_back_until`), at
+        most the idle wait."""
         timeout = self.state.idle_wait(self.backoff, watched=self.watch.active)
         if self.load.count >= self.load.capacity or not self.topics:
             return timeout
+        held_back = flow_claims.held_back_until(self.topics)  # a limit may have room by then
+        if held_back is not None:
+            timeout = min(timeout, max(held_back - time.monotonic(), 0.0))
         pending = Task.objects.using(db.alias()).filter(
             topic_id__in=self.topics, state=TaskState.PENDING, execute_at__isnull=False
         )

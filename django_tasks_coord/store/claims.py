@@ -14,15 +14,17 @@ import logging
 import time
 import uuid
 from collections.abc import Collection, Sequence
+from functools import partial
 from typing import Any
 
 from django.db import DatabaseError, models
 from django.db.models import Exists, F, OuterRef, Q, Subquery
 from django.utils import timezone
 
-from django_tasks_coord import db
+from django_tasks_coord import db, flow
 from django_tasks_coord.enums import IN_FLIGHT, Condition, Order, TaskState
 from django_tasks_coord.models import Owner, Task, TaskQuerySet
+from django_tasks_coord.store import flow as flow_claims
 from django_tasks_coord.store.fencing import held
 
 logger = logging.getLogger(__name__)
@@ -45,7 +47,7 @@ CLAIM_CHECK_SECONDS = 30.0
 _NON_BLOCKING = (TaskState.FILTERED, TaskState.CANCELED, TaskState.REDUNDANT)
 
 
-def _apply_condition(qs: models.QuerySet[Task], condition: Condition) -> models.QuerySet[Task]:
+def _apply_condition[S: models.QuerySet[Task]](qs: S, condition: Condition) -> S:
     """Keep back tasks while earlier tasks of their identifier block them (see :class:`Condition`)."""
     before = Task.objects.filter(topic_id=OuterRef("topic_id"), sequence__lt=OuterRef("sequence"))
     earlier = before.filter(identifier=OuterRef("identifier"))
@@ -72,6 +74,9 @@ def claim(
 ) -> list[Task]:
     """Lock up to ``limit`` due tasks (skipping locked ones) and mark them ACTIVE for ``owner``.
 
+    A topic under flow control (:mod:`django_tasks_coord.flow`) is claimed within its limits
+    by :func:`django_tasks_coord.store.flow.claim`.
+
     Returned highest priority first, then in ``order``. The statement depends on the
     database (:func:`~django_tasks_coord.db.claim_statement`): one autocommitted
     ``UPDATE ... RETURNING`` on PostgreSQL and SQLite, an ``UPDATE`` joined to the rows
@@ -82,6 +87,13 @@ def claim(
     claimed rows are looked for by their new ``exec_id`` once the database answers, and
     returned if they are there, rather than left ACTIVE with nobody knowing of them.
     """
+    if flow.limits_of(name, using).limited:  # rate, concurrency or fairness: store.flow
+        where = (
+            (lambda due: due)
+            if condition is None
+            else partial(_apply_condition, condition=condition)
+        )
+        return flow_claims.claim(name, limit, order, owner, using, where)
     now, exec_id = timezone.now(), uuid.uuid4()
     due: models.QuerySet[Task] = Task.objects.using(using).for_topic(name).due()
     if condition is not None:
