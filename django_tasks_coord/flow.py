@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 
 from django_tasks_coord import db, topics
 from django_tasks_coord.conf import app_settings as settings
@@ -37,6 +38,7 @@ from django_tasks_coord.exceptions import InvalidArgumentError
 from django_tasks_coord.models import Topic
 
 __all__ = [
+    "LIMITED",
     "Limits",
     "Rate",
     "apply_settings",
@@ -192,6 +194,8 @@ class Limits:
 
 
 _FIELDS = ("rate_limit", "concurrency_limit", "limit_key", "fair")
+#: Topics with limits or fairness (their claims go through store.flow).
+LIMITED = ~Q(rate_limit="") | Q(concurrency_limit__isnull=False) | Q(fair=True)
 
 
 class _Cache:
@@ -205,10 +209,10 @@ class _Cache:
         self._entries: dict[tuple[str, str], tuple[float, Limits]] = {}
         self._lock = threading.Lock()
 
-    def get(self, name: str, using: str) -> Limits:
+    def get(self, name: str, using: str, fresh: bool = False) -> Limits:
         now = time.monotonic()
         entry = self._entries.get((using, name))
-        if entry is not None and now - entry[0] < self.ttl:
+        if entry is not None and now - entry[0] < self.ttl and not fresh:
             return entry[1]
         row = Topic.objects.using(using).filter(name=name).values_list(*_FIELDS).first()
         limits = Limits() if row is None else Limits.of(*row)
@@ -224,9 +228,10 @@ class _Cache:
 _cache = _Cache()
 
 
-def limits_of(topic: str, using: str | None = None) -> Limits:
-    """The limits of ``topic`` (cached for up to a second; none for an unknown topic)."""
-    return _cache.get(topic, using or db.alias())
+def limits_of(topic: str, using: str | None = None, *, fresh: bool = False) -> Limits:
+    """The limits of ``topic`` (cached for up to a second unless ``fresh``; none for an
+    unknown topic)."""
+    return _cache.get(topic, using or db.alias(), fresh)
 
 
 def set_limits(

@@ -1,5 +1,6 @@
 """Flow control: the topic's limits (``rate_limit``, ``concurrency_limit``, ``limit_key``,
-``fair``) and the log of rate-limited starts (``FlowStart``).
+``fair``, and ``fair_cursor``, where fair claims resume) and the log of rate-limited starts
+(``FlowStart``).
 
 The topic's new columns have database defaults (or are nullable), so nodes of the previous
 release still running during a rolling upgrade insert topics without them.
@@ -24,6 +25,11 @@ class Migration(migrations.Migration):
             model_name='topic',
             name='fair',
             field=models.BooleanField(db_default=False, default=False, help_text='Claim round-robin across limit keys instead of oldest first.', verbose_name='fair claims'),
+        ),
+        migrations.AddField(
+            model_name='topic',
+            name='fair_cursor',
+            field=models.CharField(blank=True, db_default='', default='', editable=False, help_text='The key a fair claim served last: the next one starts after it.', max_length=255, verbose_name="fair claims' cursor"),
         ),
         migrations.AddField(
             model_name='topic',

@@ -85,6 +85,15 @@ class Topic(models.Model):
         db_default=False,
         help_text=_("Claim round-robin across limit keys instead of oldest first."),
     )
+    fair_cursor = models.CharField(
+        _("fair claims' cursor"),
+        max_length=255,
+        blank=True,
+        default="",
+        db_default="",
+        editable=False,
+        help_text=_("The key a fair claim served last: the next one starts after it."),
+    )
 
     class Meta:
         verbose_name = _("topic")

@@ -23,7 +23,8 @@ from django.utils import timezone
 
 from django_tasks_coord import db, flow
 from django_tasks_coord.enums import IN_FLIGHT, Condition, Order, TaskState
-from django_tasks_coord.models import Owner, Task, TaskQuerySet
+from django_tasks_coord.flow import LIMITED
+from django_tasks_coord.models import Owner, Task, TaskQuerySet, Topic
 from django_tasks_coord.store import flow as flow_claims
 from django_tasks_coord.store.fencing import held
 
@@ -87,15 +88,31 @@ def claim(
     claimed rows are looked for by their new ``exec_id`` once the database answers, and
     returned if they are there, rather than left ACTIVE with nobody knowing of them.
     """
-    if flow.limits_of(name, using).limited:  # rate, concurrency or fairness: store.flow
-        where = (
-            (lambda due: due)
-            if condition is None
-            else partial(_apply_condition, condition=condition)
-        )
-        return flow_claims.claim(name, limit, order, owner, using, where)
+    if not flow.limits_of(name, using).limited:
+        # Where the cached "no limits" is stale, the statement takes nothing (its guard)
+        # until the cache expires: never more than the new limits allow.
+        return _claim(name, limit, order, condition, owner, using, conn)
+    where = (
+        (lambda due: due) if condition is None else partial(_apply_condition, condition=condition)
+    )
+    return flow_claims.claim(name, limit, order, owner, using, where)
+
+
+def _claim(
+    name: str,
+    limit: int,
+    order: Order,
+    condition: Condition | None,
+    owner: Owner | None,
+    using: str,
+    conn: Any,
+) -> list[Task]:
+    """:func:`claim` of a topic without limits, in one statement where the database allows
+    it; none while the topic has limits (a guard in the statement, for callers whose cache
+    does not know yet)."""
     now, exec_id = timezone.now(), uuid.uuid4()
     due: models.QuerySet[Task] = Task.objects.using(using).for_topic(name).due()
+    due = due.filter(~Exists(Topic.objects.using(using).filter(LIMITED, name=name)))
     if condition is not None:
         due = _apply_condition(due, condition)
     sequence = "sequence" if order is Order.FIFO else "-sequence"

@@ -2,14 +2,15 @@
 
 One short write transaction per claim:
 
-1. lock the topic's row (``SELECT ... FOR UPDATE``; SQLite's write lock): the limited
-   claims of one topic take turns, cluster-wide, so each one counts what the previous
-   one committed and no race can overrun a limit; read its limits and the database
-   clock (``now``) in the same statement;
+1. lock the topic's row (``SELECT ... FOR UPDATE``; SQLite's write lock) and read its
+   limits: the limited claims of one topic take turns, cluster-wide, so each one counts
+   what the previous one committed and no race can overrun a limit; then read the
+   database clock (``now``), so that the claims' times follow their order;
 2. count the room per key: ``concurrency`` minus the tasks in flight, ``rate`` minus the
    starts logged in ``FlowStart`` after ``now - period`` (older rows are deleted here);
 3. choose due tasks, oldest first (or round-robin across keys when the topic is ``fair``:
-   each key's oldest first, then each key's second...), skipping keys without room;
+   each key's oldest first, then each key's second..., starting after the key the previous
+   claim served last, kept in ``Topic.fair_cursor``), skipping keys without room;
 4. mark them ACTIVE with ``started_at = now`` (re-checking in the ``UPDATE`` that they are
    still pending) and log their starts.
 
@@ -26,7 +27,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, F, Window
+from django.db.models import Case, Count, F, Value, When, Window
 from django.db.models.functions import Now, RowNumber
 
 from django_tasks_coord import db
@@ -50,11 +51,13 @@ def held_back_until(topics: list[str]) -> float | None:
     return min(times) if times else None
 
 
-def _note_held_back(topic: str, seconds: float | None) -> None:
+def _note_held_back(topic: str, seconds: float | None, since: float) -> None:
+    """Remember that a claim of ``topic`` that began at ``since`` (``time.monotonic()``) may
+    find room ``seconds`` after it began (None: it was not held back)."""
     if seconds is None:
         _held_back.pop(topic, None)
     else:
-        _held_back[topic] = time.monotonic() + max(seconds, 0.001)
+        _held_back[topic] = since + max(seconds, 0.001)
 
 
 class _Room:
@@ -118,7 +121,10 @@ class _Room:
         return min(waits) if waits else None
 
 
-def _ordered(due: TaskQuerySet, order: Order, fair: bool) -> TaskQuerySet:
+def _ordered(due: TaskQuerySet, order: Order, fair: bool, cursor: str) -> TaskQuerySet:
+    """``due`` in claim order: by priority, then ``order``; when ``fair``, round-robin
+    across keys: every key's first task (by priority, then ``order``) before any key's
+    second, the keys after ``cursor`` (the last one served) before the others, in order."""
     sequence = "sequence" if order is Order.FIFO else "-sequence"
     if not fair:
         return due.order_by("-priority", sequence)
@@ -130,7 +136,10 @@ def _ordered(due: TaskQuerySet, order: Order, fair: bool) -> TaskQuerySet:
             F("sequence").asc() if order is Order.FIFO else F("sequence").desc(),
         ],
     )
-    return due.annotate(_turn=turn).order_by("_turn", "-priority", sequence)
+    wrapped = Case(When(concurrency_key__gt=cursor, then=Value(0)), default=Value(1))
+    return due.annotate(_turn=turn, _wrapped=wrapped).order_by(
+        "_turn", "_wrapped", "concurrency_key"
+    )
 
 
 def _choose(candidates: TaskQuerySet, limit: int, room: _Room) -> list[Task]:
@@ -177,49 +186,60 @@ def claim(
     ``owner``, in the order chosen. Where a limit held the claim back, this process
     remembers when to look again (:func:`held_back_until`).
     """
-    conn = db.connection()
-    exec_id = uuid.uuid4()
+    conn, exec_id, began = db.connection(), uuid.uuid4(), time.monotonic()
     with db.write_transaction():
         topic = Topic.objects.using(using).filter(name=name)
         row = (
             topic.select_for_update(**db.lock_kwargs(conn, skip_locked=False))
-            .annotate(db_now=Now())
-            .values_list("rate_limit", "concurrency_limit", "limit_key", "fair", "db_now")
+            .values_list("rate_limit", "concurrency_limit", "limit_key", "fair", "fair_cursor")
             .first()
         )
         if row is None:
             return []
-        rate, concurrency, key, fair, now = row
+        rate, concurrency, key, fair, cursor = row
+        # The clock once the lock is held (a statement's clock starts with the statement,
+        # and the lock may have been waited for): claims' times follow their order.
+        now = topic.annotate(db_now=Now()).values_list("db_now", flat=True).get()
         limits = Limits.of(rate, concurrency, key, fair)
         room = _Room(limits, name, now, using)
+        fair = limits.fair and room.keyed
         due = filter_due(Task.objects.using(using).for_topic(name).due())
-        chosen = _choose(_ordered(due, order, limits.fair and room.keyed), limit, room)
-        taken: Counter[str] = Counter()
-        if chosen:
-            changes: dict[str, Any] = {"owner": owner, "exec_id": exec_id, "started_at": now}
-            rows = Task.objects.using(using).rows(chosen).filter(state=TaskState.PENDING)
-            updated = rows.update(
-                state=TaskState.ACTIVE, attempts=F("attempts") + 1, finished_at=None, **changes
+        chosen = _choose(_ordered(due, order, fair, cursor), limit, room)
+        if fair and chosen:
+            topic.update(fair_cursor=chosen[-1].concurrency_key)
+        changes: dict[str, Any] = {"owner": owner, "exec_id": exec_id, "started_at": now}
+        chosen = _start(chosen, name, changes, using)
+        taken = Counter(room.key(task) for task in chosen)
+        if limits.rate is not None and taken:
+            FlowStart.objects.using(using).bulk_create(
+                FlowStart(topic=name, key=key, at=now, count=n) for key, n in taken.items()
             )
-            if updated != len(chosen):  # some changed since chosen (canceled, replaced)
-                held = Task.objects.using(using).filter(
-                    topic_id=name, exec_id=exec_id, state=TaskState.ACTIVE
-                )
-                kept = set(held.values_list("pk", flat=True))
-                chosen = [task for task in chosen if task.pk in kept]
-            for task in chosen:
-                task.state, task.attempts, task.finished_at = (
-                    TaskState.ACTIVE,
-                    task.attempts + 1,
-                    None,
-                )
-                task.owner, task.exec_id, task.started_at = owner, exec_id, now
-                taken[room.key(task)] += 1
-            if limits.rate is not None and taken:
-                FlowStart.objects.using(using).bulk_create(
-                    FlowStart(topic=name, key=key, at=now, count=n) for key, n in taken.items()
-                )
-    _note_held_back(name, room.retry_after(now, taken))
+    _note_held_back(name, room.retry_after(now, taken), began)
+    return chosen
+
+
+def _start(chosen: list[Task], name: str, changes: dict[str, Any], using: str) -> list[Task]:
+    """Mark ``chosen`` ACTIVE under ``changes`` (owner, exec_id, started_at), re-checking in
+    the ``UPDATE`` that each is still pending; those it marked, updated in memory too."""
+    if not chosen:
+        return []
+    rows = Task.objects.using(using).rows(chosen).filter(state=TaskState.PENDING)
+    updated = rows.update(
+        state=TaskState.ACTIVE, attempts=F("attempts") + 1, finished_at=None, **changes
+    )
+    if updated != len(chosen):  # some changed since chosen (canceled, replaced)
+        held = Task.objects.using(using).filter(
+            topic_id=name, exec_id=changes["exec_id"], state=TaskState.ACTIVE
+        )
+        kept = set(held.values_list("pk", flat=True))
+        chosen = [task for task in chosen if task.pk in kept]
+    for task in chosen:
+        task.state, task.attempts, task.finished_at = TaskState.ACTIVE, task.attempts + 1, None
+        task.owner, task.exec_id, task.started_at = (
+            changes["owner"],
+            changes["exec_id"],
+            changes["started_at"],
+        )
     return chosen
 
 

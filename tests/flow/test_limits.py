@@ -192,3 +192,24 @@ def test_usage_reports_what_the_limits_see(topic):
     seen = flow_claims.usage(topic.name)
     assert seen["active"] == {"a": 2, "b": 1}
     assert seen["started"] == {"a": 2, "b": 1}
+
+
+def test_a_stale_cache_never_claims_past_a_new_limit(topic):
+    queue.push_many(topic, [(f"t{i}", None) for i in range(5)])
+    assert not flow.limits_of(topic.name).limited  # cached: no limits
+    Topic.objects.filter(name=topic.name).update(concurrency_limit=1)  # another process
+    assert queue.poll(topic, 5) == []  # the cache is stale: nothing, rather than too much
+    flow._cache.clear()  # it expires within a second
+    assert len(queue.poll(topic, 5)) == 1
+
+
+def test_fair_claims_go_round_the_keys_from_claim_to_claim(topic):
+    flow.set_limits(topic.name, key="identifier", fair=True)
+    queue.push_many(topic, [("big", i) for i in range(50)])
+    queue.push_many(topic, [(key, 0) for key in ("a", "c", "b")])
+    one_by_one = [queue.poll(topic, 1)[0].identifier for _ in range(6)]
+    assert one_by_one == ["a", "b", "big", "c", "big", "big"]
+    Topic.objects.filter(name=topic.name).update(fair_cursor="")
+    queue.push_many(topic, [("a", 1), ("b", 1)])
+    assert [t.identifier for t in queue.poll(topic, 2)] == ["a", "b"]
+    assert [t.identifier for t in queue.poll(topic, 2)] == ["big", "big"]
