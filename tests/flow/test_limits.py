@@ -213,3 +213,13 @@ def test_fair_claims_go_round_the_keys_from_claim_to_claim(topic):
     queue.push_many(topic, [("a", 1), ("b", 1)])
     assert [t.identifier for t in queue.poll(topic, 2)] == ["a", "b"]
     assert [t.identifier for t in queue.poll(topic, 2)] == ["big", "big"]
+
+
+def test_the_metrics_show_the_limits(topic):
+    from django_tasks_coord.metrics import state
+
+    queue.register_topic("unlimited")
+    flow.set_limits(topic.name, rate="1000/m", concurrency=4, key="identifier")
+    read = state.read()
+    assert read.rate_limits == {topic.name: pytest.approx(1000 / 60)}
+    assert read.concurrency_limits == {topic.name: 4.0}
