@@ -38,6 +38,7 @@ from django_tasks_coord.exceptions import InvalidArgumentError
 from django_tasks_coord.models import Topic
 
 __all__ = [
+    "FIELDS",
     "LIMITED",
     "Limits",
     "Rate",
@@ -46,6 +47,7 @@ __all__ = [
     "limits_of",
     "parse_rate",
     "register_key",
+    "remember",
     "set_limits",
     "settings_problems",
 ]
@@ -193,17 +195,20 @@ class Limits:
         return ", ".join(parts) or "none"
 
 
-_FIELDS = ("rate_limit", "concurrency_limit", "limit_key", "fair")
+#: The topic's columns :meth:`Limits.of` reads, in its order.
+FIELDS = topics.LIMIT_FIELDS
 #: Topics with limits or fairness (their claims go through store.flow).
 LIMITED = ~Q(rate_limit="") | Q(concurrency_limit__isnull=False) | Q(fair=True)
 
 
 class _Cache:
-    """Each topic's limits as last read, for ``ttl`` seconds: spares a query per push
-    (the key) and per claim of an unlimited topic. Limited claims re-read the row under
-    its lock, so a stale entry can only delay a new limit by ``ttl`` seconds."""
+    """Each topic's limits as last read, for ``ttl`` seconds: spares a query per claim of
+    an unlimited topic. Limited claims re-read the row under its lock, and the claim of an
+    unlimited topic takes nothing from a topic that has limits by now (its guard), so a
+    stale entry can only hold claims back, never let them past a limit. Nodes refresh the
+    entries of their topics whenever they re-read them (once per ``POLL_INTERVAL``)."""
 
-    ttl = 1.0
+    ttl = 5.0
 
     def __init__(self) -> None:
         self._entries: dict[tuple[str, str], tuple[float, Limits]] = {}
@@ -214,11 +219,20 @@ class _Cache:
         entry = self._entries.get((using, name))
         if entry is not None and now - entry[0] < self.ttl and not fresh:
             return entry[1]
-        row = Topic.objects.using(using).filter(name=name).values_list(*_FIELDS).first()
+        known = None if fresh else topics.known_topics.limits(name, self.ttl)
+        if known is not None:  # read with the topic's existence a moment ago
+            return Limits.of(*known)
+        row = Topic.objects.using(using).filter(name=name).values_list(*FIELDS).first()
         limits = Limits() if row is None else Limits.of(*row)
         with self._lock:
             self._entries[(using, name)] = (now, limits)
         return limits
+
+    def put(self, limits: Mapping[str, Limits], using: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            for name, each in limits.items():
+                self._entries[(using, name)] = (now, each)
 
     def clear(self) -> None:
         with self._lock:
@@ -228,9 +242,14 @@ class _Cache:
 _cache = _Cache()
 
 
+def remember(limits: Mapping[str, Limits], using: str | None = None) -> None:
+    """Cache ``limits`` (topic -> limits) as just read from database ``using``."""
+    _cache.put(limits, using or db.alias())
+
+
 def limits_of(topic: str, using: str | None = None, *, fresh: bool = False) -> Limits:
-    """The limits of ``topic`` (cached for up to a second unless ``fresh``; none for an
-    unknown topic)."""
+    """The limits of ``topic`` (cached for up to five seconds unless ``fresh``; none for
+    an unknown topic)."""
     return _cache.get(topic, using or db.alias(), fresh)
 
 
@@ -247,7 +266,9 @@ def set_limits(
     ``rate`` as :func:`parse_rate` reads it, ``concurrency`` an int >= 1, ``key`` as
     :func:`check_key` reads it (then each key gets the limits whole), ``fair`` claims
     round-robin across keys. No argument: no limits. Takes effect at the next claim on
-    every node (within a second where the cached limits decide whether a claim is limited).
+    every node (a process whose cache says the topic has no limits claims nothing from it
+    until the cache is refreshed: at a node's next read of its topics, within five seconds
+    elsewhere).
     """
     limits = validated(rate=rate, concurrency=concurrency, key=key, fair=fair)
     topics.register_topic(topic)
@@ -259,6 +280,7 @@ def set_limits(
             fair=limits.fair,
         )
     _cache.clear()
+    topics.known_topics.discard(topic)
     return limits
 
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from django.db import DatabaseError
 from django.db.models import Min
 
-from django_tasks_coord import db, queue, signals, store
+from django_tasks_coord import db, flow, queue, signals, store
 from django_tasks_coord.enums import Decision, Result, TaskState
 from django_tasks_coord.exceptions import OwnerExpiredError
 from django_tasks_coord.handlers import HandlerNotFoundError, Registry, TaskType
@@ -270,7 +270,9 @@ class Dispatcher:
         self.release_buffered({topic})
 
     def refresh_topics(self) -> None:
-        """Re-read which topics to process (paused ones excluded) once per poll interval."""
+        """Re-read which topics to process (paused ones excluded) once per poll interval, and
+        their flow limits (:func:`django_tasks_coord.flow.remember`: claims need no query
+        of their own to know whether a topic is limited)."""
         now = self.state.clock.monotonic()
         checked = self._topics_checked
         recent = checked is not None and now - checked < self.config.poll_interval
@@ -278,7 +280,9 @@ class Dispatcher:
             return
         self._topics_resumed = False  # before the read: a resumption during it reads again
         active = Topic.objects.using(db.alias()).filter(name__in=self.wanted(), paused=False)
-        topics = sorted(active.values_list("name", flat=True))
+        rows = active.values_list("name", *flow.FIELDS)
+        flow.remember({name: flow.Limits.of(*limits) for name, *limits in rows}, db.alias())
+        topics = sorted(name for name, *_ in rows)
         if topics != self.topics:
             logger.info(
                 "Processing topics: %s.", ", ".join(topics) or "none (all paused or unknown)"
