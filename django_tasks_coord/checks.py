@@ -17,7 +17,7 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import DatabaseError, connections
 from django.utils.module_loading import module_has_submodule
 
-from django_tasks_coord import db, handlers, partitions
+from django_tasks_coord import db, flow, handlers, partitions
 from django_tasks_coord.conf import _merged, app_settings
 from django_tasks_coord.exceptions import (
     ConfigurationError,
@@ -91,7 +91,9 @@ def _listen_database_problems(values: dict[str, Any]) -> list[str]:
 
 
 def _setting_problems(values: dict[str, Any]) -> list[str]:
-    """Every invalid value of the merged settings, one message each."""
+    """Every invalid value of the merged settings, one message each.
+
+    Long because: one flat list of independent checks reads better than a split one."""
     problems = []
     if values["DATABASE"] not in settings.DATABASES:
         problems.append(
@@ -119,12 +121,14 @@ def _setting_problems(values: dict[str, Any]) -> list[str]:
         "LONG_POLL_INTERVAL",
         "MAX_POLL_INTERVAL",
         "NOTIFIED_POLL_INTERVAL",
+        "FLOW_RECHECK_INTERVAL",
     ):
         value = values[key]
         if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
             problems.append(f"{key} must be a positive number of seconds, not {value!r}.")
     problems.extend(_count_problems(values))
     problems.extend(_metrics_problems(values))
+    problems.extend(flow.settings_problems(values["LIMITS"]))
     node_values = {
         key.lower(): values[key]
         for key in (

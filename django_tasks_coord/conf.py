@@ -104,6 +104,13 @@ DEFAULTS: dict[str, Any] = {
     # one task's progress (reports in between are coalesced: the last one is written).
     "PROGRESS_MAX_BYTES": 4096,
     "PROGRESS_INTERVAL": 1.0,
+    # Flow control (docs/flow-control.md): limits per topic, written to the topics' rows when
+    # a node starts: {"topic": {"rate": "50/s", "concurrency": 3, "key": "payload.tenant",
+    # "fair": True}}. The admin can change them later; the next node start writes these again.
+    "LIMITS": {},
+    # runscheduler: while a claim was held back by a concurrency limit, look again after at
+    # most this many seconds (a slot freed on another node wakes nobody here).
+    "FLOW_RECHECK_INTERVAL": 0.1,
     # HTTP API: the longest wait (seconds) a long-poll may ask for.
     "LONG_POLL_MAX_TIMEOUT": 60.0,
     # HTTP API: seconds between a waiting long-poll's checks where no NOTIFY wakes it.

@@ -33,6 +33,10 @@ RESERVED_PREFIX = "tasks_coord."
 TopicRef = str | Topic
 
 
+#: The topic's flow limit columns, in the order ``flow.Limits.of`` takes them.
+LIMIT_FIELDS = ("rate_limit", "concurrency_limit", "limit_key", "fair")
+
+
 class _KnownTopics:
     """Names of topics seen to exist, remembered for a short while to spare a query per push.
 
@@ -40,21 +44,35 @@ class _KnownTopics:
     after ``ttl`` seconds and is dropped at once when this process deletes the topic.
     An entry can still be stale (the tables were flushed, another process deleted the
     topic): :func:`adding_tasks` trusts it only where it can catch and heal that.
+
+    Each entry also keeps the topic's flow limits as read with it (:data:`LIMIT_FIELDS`,
+    :mod:`django_tasks_coord.flow`): a push gives its tasks their key, and a claim soon
+    after knows whether the topic is limited, without a query of their own.
     """
 
     ttl = 60.0
 
     def __init__(self) -> None:
-        self._seen: dict[str, float] = {}
+        self._seen: dict[str, tuple[float, tuple[Any, ...] | None]] = {}
         self._lock = threading.Lock()
 
     def __contains__(self, name: str) -> bool:
         seen = self._seen.get(name)
-        return seen is not None and time.monotonic() - seen < self.ttl
+        return seen is not None and time.monotonic() - seen[0] < self.ttl
 
-    def add(self, name: str) -> None:
+    def add(self, name: str, limits: tuple[Any, ...] | None = None) -> None:
+        """Remember ``name`` (and its :data:`LIMIT_FIELDS` values; None: not read)."""
         with self._lock:
-            self._seen[name] = time.monotonic()
+            self._seen[name] = (time.monotonic(), limits)
+
+    def limits(self, name: str, max_age: float | None = None) -> tuple[Any, ...] | None:
+        """The :data:`LIMIT_FIELDS` values read with the topic, if it is known, was read
+        with them, less than ``max_age`` seconds ago (default: the entry's ``ttl``)."""
+        seen = self._seen.get(name)
+        age = self.ttl if max_age is None else max_age
+        if seen is None or time.monotonic() - seen[0] >= age:
+            return None
+        return seen[1]
 
     def discard(self, name: str) -> None:
         with self._lock:
@@ -107,8 +125,9 @@ def topic_name(topic: object, *, cached: bool = True) -> str:
     name = name_of(topic)
     if cached and name in known_topics:
         return name
-    if Topic.objects.using(db.alias()).filter(name=name).exists():
-        known_topics.add(name)
+    found = Topic.objects.using(db.alias()).filter(name=name).values_list(*LIMIT_FIELDS).first()
+    if found is not None:
+        known_topics.add(name, found)
         return name
     registered = list(Topic.objects.using(db.alias()).values_list("name", flat=True)[:50])
     raise UnknownTopicError(
@@ -194,7 +213,7 @@ def register_internal_topic(name: str) -> Topic:
     name = validate_topic_name(name)
     partitions.ensure_partition(name)
     topic, _ = Topic.objects.using(db.alias()).get_or_create(name=name)
-    known_topics.add(name)
+    known_topics.add(name, tuple(getattr(topic, field) for field in LIMIT_FIELDS))
     return topic
 
 

@@ -1,4 +1,5 @@
-"""Topics: queue depth by state, oldest pending age, paused flag; pause and resume; retention."""
+"""Topics: queue depth by state, oldest pending age, paused flag; pause and resume; retention;
+flow control (rate and concurrency limits, their key, fairness)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlencode
 
+from django import forms
 from django.contrib import admin
 from django.db.models import (
     Count,
@@ -22,10 +24,12 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
-from django_tasks_coord import queue, retention
+from django_tasks_coord import flow, queue, retention
 from django_tasks_coord.admin.base import ServiceActionsAdmin, age, run_service
 from django_tasks_coord.enums import IN_FLIGHT, TaskState
+from django_tasks_coord.exceptions import InvalidArgumentError
 from django_tasks_coord.models import Task, Topic
+from django_tasks_coord.store import flow as flow_claims
 
 
 def _count_of(tasks: QuerySet[Task]) -> Coalesce:
@@ -40,6 +44,27 @@ def task_list_url(**params: Any) -> str:
     return f"{url}?{urlencode(params)}" if params else url
 
 
+class TopicForm(forms.ModelForm):  # type: ignore[type-arg]
+    """The topic's editable fields, the flow limits checked as :func:`flow.set_limits` does."""
+
+    class Meta:
+        model = Topic
+        fields = (*retention.LIMITS, "rate_limit", "concurrency_limit", "limit_key", "fair")
+
+    def clean(self) -> dict[str, Any]:
+        data: dict[str, Any] = super().clean() or {}
+        try:
+            flow.validated(
+                rate=data.get("rate_limit") or None,
+                concurrency=data.get("concurrency_limit"),
+                key=data.get("limit_key") or "",
+                fair=bool(data.get("fair")),
+            )
+        except InvalidArgumentError as exc:
+            raise forms.ValidationError(str(exc)) from exc
+        return data
+
+
 @admin.register(Topic)
 class TopicAdmin(ServiceActionsAdmin):
     """Topics with their backlog; pause and resume them (every node stops within one poll);
@@ -52,7 +77,9 @@ class TopicAdmin(ServiceActionsAdmin):
         "in_flight_count",
         "oldest_pending_age",
         "consecutive_failures",
+        "limits",
     )
+    form = TopicForm
     list_filter = ("paused",)
     search_fields = ("name",)
     actions = ("pause", "resume")
@@ -60,6 +87,20 @@ class TopicAdmin(ServiceActionsAdmin):
     readonly_fields = ("name", "status", "consecutive_failures", "created_at", "tasks_by_state")
     fieldsets = (
         (None, {"fields": readonly_fields}),
+        (
+            _("Flow control"),
+            {
+                "fields": (
+                    ("rate_limit", "concurrency_limit"),
+                    ("limit_key", "fair"),
+                    "flow_usage",
+                ),
+                "description": _(
+                    "Limits that hold across all nodes, from the next claim on "
+                    "(docs/flow-control.md). With a key, each key gets the limits whole."
+                ),
+            },
+        ),
         (
             _("Retention"),
             {
@@ -77,13 +118,46 @@ class TopicAdmin(ServiceActionsAdmin):
     )
 
     def has_change_permission(self, request: HttpRequest, obj: Topic | None = None) -> bool:
-        """``django_tasks_coord.change_topic``: only the retention fields are editable."""
+        """``django_tasks_coord.change_topic``: only the retention and flow control fields are editable."""
         return admin.ModelAdmin.has_change_permission(self, request, obj)
 
+    def get_readonly_fields(self, request: HttpRequest, obj: Topic | None = None) -> Any:
+        return (*super().get_readonly_fields(request, obj), "flow_usage")
+
     def save_model(self, request: HttpRequest, obj: Topic, form: Any, change: bool) -> None:
-        """Write the retention limits through ``retention.set_policy`` (an update of those
-        columns only: a pause or a failure count written meanwhile is kept)."""
-        retention.set_policy(obj, **{name: form.cleaned_data[name] for name in retention.LIMITS})
+        """Write the retention limits through ``retention.set_policy`` and the flow limits
+        through ``flow.set_limits`` (updates of those columns only: a pause or a failure count
+        written meanwhile is kept)."""
+        data = form.cleaned_data
+        retention.set_policy(obj, **{name: data[name] for name in retention.LIMITS})
+        flow.set_limits(
+            obj.name,
+            rate=data["rate_limit"] or None,
+            concurrency=data["concurrency_limit"],
+            key=data["limit_key"] or "",
+            fair=bool(data["fair"]),
+        )
+
+    @admin.display(description=_("limits"))
+    def limits(self, obj: Topic) -> str:
+        """The topic's flow limits in words ("rate 50/s, concurrency 3, per identifier")."""
+        return str(flow.Limits.of(obj.rate_limit, obj.concurrency_limit, obj.limit_key, obj.fair))
+
+    @admin.display(description=_("in use"))
+    def flow_usage(self, obj: Topic) -> Any:
+        """Tasks in flight and starts in the current rate window, per key (the detail page)."""
+        seen = flow_claims.usage(obj.name)
+        keys = sorted(set(seen["active"]) | set(seen["started"]))[:50]
+        rows = (
+            (key or "-", seen["active"].get(key, 0), seen["started"].get(key, 0)) for key in keys
+        )
+        return format_html(
+            '<table class="tc-flow"><tr><th>{}</th><th>{}</th><th>{}</th></tr>{}</table>',
+            _("key"),
+            _("in flight"),
+            _("started in the rate window"),
+            format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td></tr>", rows),
+        )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Topic]:
         tasks = Task.objects.filter(topic_id=OuterRef("name"))

@@ -43,6 +43,16 @@ class QueueStateCollector(Collector):
             read.oldest_pending,
         )
         yield _per_topic("topic_paused", "1 while the topic is paused, else 0.", read.paused, float)
+        yield _per_topic(
+            "topic_rate_limit",
+            "The topic's rate limit in task starts per second (per key with a limit key).",
+            read.rate_limits,
+        )
+        yield _per_topic(
+            "topic_concurrency_limit",
+            "The topic's concurrency limit (per key with a limit key).",
+            read.concurrency_limits,
+        )
         yield GaugeMetricFamily(
             PREFIX + "nodes",
             "Nodes (owners) whose heartbeat is younger than LIVENESS_INTERVAL.",

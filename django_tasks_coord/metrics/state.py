@@ -40,7 +40,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Concat, Now
 
-from django_tasks_coord import db
+from django_tasks_coord import db, flow
 from django_tasks_coord.conf import app_settings
 from django_tasks_coord.enums import TaskState
 from django_tasks_coord.models import HealthCheck, Owner, PeriodicTask, Task, TokenHolder, Topic
@@ -86,6 +86,10 @@ class QueueState:
     oldest_pending: dict[str, float] = field(default_factory=dict)
     #: topic → paused
     paused: dict[str, bool] = field(default_factory=dict)
+    #: topic → its rate limit in starts per second (topics with one only)
+    rate_limits: dict[str, float] = field(default_factory=dict)
+    #: topic → its concurrency limit (topics with one only)
+    concurrency_limits: dict[str, float] = field(default_factory=dict)
     #: owners (nodes) with a heartbeat younger than ``LIVENESS_INTERVAL``
     nodes: int = 0
     leaders: list[Leader] = field(default_factory=list)
@@ -101,7 +105,17 @@ def read(using: str | None = None) -> QueueState:
     """Read the queue's state from database ``using`` (default: the app's database)."""
     using = using or db.alias()
     result = QueueState()
-    topics = dict(Topic.objects.using(using).order_by("name").values_list("name", "paused"))
+    rows = Topic.objects.using(using).order_by("name")
+    topics = {}
+    for name, paused, rate, concurrency in rows.values_list(
+        "name", "paused", "rate_limit", "concurrency_limit"
+    ):
+        topics[name] = paused
+        limits = flow.Limits.of(rate, concurrency, "", False)
+        if limits.rate is not None:
+            result.rate_limits[name] = limits.rate.count / limits.rate.period
+        if concurrency is not None:
+            result.concurrency_limits[name] = float(concurrency)
     result.paused = topics
     result.tasks, result.estimated = task_counts(list(topics), using)
     result.oldest_pending = oldest_pending(list(topics), using)

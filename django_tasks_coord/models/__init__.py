@@ -18,13 +18,14 @@ from django_tasks_coord.models.api import ApiToken, TaskDefinition
 from django_tasks_coord.models.coordination import HealthCheck, TokenHolder
 from django_tasks_coord.models.jobs import CatchUp, JobKind, PeriodicTask
 from django_tasks_coord.models.querysets import UNFINISHED_IDENTIFIER, TaskQuerySet
-from django_tasks_coord.models.tasks import Dashboard, Owner, Task, Topic
+from django_tasks_coord.models.tasks import Dashboard, FlowStart, Owner, Task, Topic
 
 __all__ = [
     "UNFINISHED_IDENTIFIER",
     "ApiToken",
     "CatchUp",
     "Dashboard",
+    "FlowStart",
     "HealthCheck",
     "JobKind",
     "Owner",

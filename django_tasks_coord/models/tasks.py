@@ -51,6 +51,50 @@ class Topic(models.Model):
         help_text=_("Keep at most this many failed tasks, newest first."),
     )
 
+    # Flow control (django_tasks_coord.flow, docs/flow-control.md): read under the topic's
+    # row lock by every limited claim, so a change takes effect at the next claim.
+    rate_limit = models.CharField(
+        _("rate limit"),
+        max_length=32,
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_('At most this many task starts per period, e.g. "50/s", "1000/m", "10/h".'),
+    )
+    concurrency_limit = models.PositiveIntegerField(
+        _("concurrency limit"),
+        null=True,
+        blank=True,
+        help_text=_("At most this many tasks active at once."),
+    )
+    limit_key = models.CharField(
+        _("limit key"),
+        max_length=200,
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_(
+            'What partitions the limits (each key gets them whole): "identifier", '
+            '"payload.<path>" or "callable:<name>"; empty: the topic as a whole. '
+            "Applies to tasks pushed after it is set."
+        ),
+    )
+    fair = models.BooleanField(
+        _("fair claims"),
+        default=False,
+        db_default=False,
+        help_text=_("Claim round-robin across limit keys instead of oldest first."),
+    )
+    fair_cursor = models.CharField(
+        _("fair claims' cursor"),
+        max_length=255,
+        blank=True,
+        default="",
+        db_default="",
+        editable=False,
+        help_text=_("The key a fair claim served last: the next one starts after it."),
+    )
+
     class Meta:
         verbose_name = _("topic")
         verbose_name_plural = _("topics")
@@ -349,3 +393,23 @@ class Task(models.Model):
     def is_completed(self) -> bool:
         """True once the task reached a completed state."""
         return COMPLETED_MIN <= self.state <= COMPLETED_MAX
+
+
+class FlowStart(models.Model):
+    """Task starts under a rate limit: ``count`` tasks of ``topic`` and ``key`` claimed at
+    ``at`` (the database clock), one row per key and claim; rows older than the limit's
+    period are deleted by the claims themselves (:mod:`django_tasks_coord.store.flow`)."""
+
+    topic = models.CharField(_("topic"), max_length=100)
+    key = models.CharField(_("key"), max_length=255, blank=True, default="")
+    at = models.DateTimeField(_("at"))
+    count = models.PositiveIntegerField(_("count"))
+
+    class Meta:
+        verbose_name = _("rate-limited start")
+        verbose_name_plural = _("rate-limited starts")
+        default_permissions = ()
+        indexes = [models.Index(fields=["topic", "at"], name="tasks_coord_flow_start_at")]
+
+    def __str__(self) -> str:
+        return f"{self.topic}[{self.key}] {self.count} at {self.at}"

@@ -14,12 +14,13 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import time
 from collections.abc import Callable
 
 from django.db import DatabaseError
 from django.db.models import Min
 
-from django_tasks_coord import db, queue, signals, store
+from django_tasks_coord import db, flow, queue, signals, store
 from django_tasks_coord.enums import Decision, Result, TaskState
 from django_tasks_coord.exceptions import OwnerExpiredError
 from django_tasks_coord.handlers import HandlerNotFoundError, Registry, TaskType
@@ -31,6 +32,7 @@ from django_tasks_coord.node.state import NodeState
 from django_tasks_coord.node.wakeup import WakeEvent
 from django_tasks_coord.node.watch import WorkWatch
 from django_tasks_coord.scheduling.names import GROUP_TOPIC_PREFIX, group_topic
+from django_tasks_coord.store import flow as flow_claims
 
 logger = logging.getLogger("django_tasks_coord.node")
 
@@ -268,7 +270,9 @@ class Dispatcher:
         self.release_buffered({topic})
 
     def refresh_topics(self) -> None:
-        """Re-read which topics to process (paused ones excluded) once per poll interval."""
+        """Re-read which topics to process (paused ones excluded) once per poll interval, and
+        their flow limits (:func:`django_tasks_coord.flow.remember`: claims need no query
+        of their own to know whether a topic is limited)."""
         now = self.state.clock.monotonic()
         checked = self._topics_checked
         recent = checked is not None and now - checked < self.config.poll_interval
@@ -276,7 +280,9 @@ class Dispatcher:
             return
         self._topics_resumed = False  # before the read: a resumption during it reads again
         active = Topic.objects.using(db.alias()).filter(name__in=self.wanted(), paused=False)
-        topics = sorted(active.values_list("name", flat=True))
+        rows = active.values_list("name", *flow.FIELDS)
+        flow.remember({name: flow.Limits.of(*limits) for name, *limits in rows}, db.alias())
+        topics = sorted(name for name, *_ in rows)
         if topics != self.topics:
             logger.info(
                 "Processing topics: %s.", ", ".join(topics) or "none (all paused or unknown)"
@@ -313,10 +319,15 @@ class Dispatcher:
             self.executor.release(tasks, refund_attempt=True)
 
     def idle_timeout(self) -> float:
-        """Seconds to sleep: until the next delayed task is due, at most the idle wait."""
+        """Seconds to sleep: until the next delayed task is due, or a claim that a flow limit
+        held back may find room (:func:`~django_tasks_coord.store.flow.held_back_until`), at
+        most the idle wait."""
         timeout = self.state.idle_wait(self.backoff, watched=self.watch.active)
         if self.load.count >= self.load.capacity or not self.topics:
             return timeout
+        held_back = flow_claims.held_back_until(self.topics)  # a limit may have room by then
+        if held_back is not None:
+            timeout = min(timeout, max(held_back - time.monotonic(), 0.0))
         pending = Task.objects.using(db.alias()).filter(
             topic_id__in=self.topics, state=TaskState.PENDING, execute_at__isnull=False
         )

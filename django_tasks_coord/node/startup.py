@@ -5,6 +5,8 @@
   register its topic by hand.
 - A topic the node is told to process (``--topic``, ``TASKS_COORD["TOPICS"]``) that has
   no consumer here and is not registered gets a warning: the node would wait on it forever.
+- The flow limits declared in ``TASKS_COORD["LIMITS"]`` are written to their topics'
+  rows (:func:`django_tasks_coord.flow.apply_settings`).
 - An enabled job whose callable does not import here gets a warning (its runs would
   fail; the first one pauses it).
 """
@@ -14,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from django_tasks_coord import db, topics
+from django_tasks_coord import db, flow, topics
 from django_tasks_coord.exceptions import TasksCoordError
 from django_tasks_coord.handlers import Registry
 from django_tasks_coord.models import PeriodicTask, Topic
@@ -27,6 +29,7 @@ logger = logging.getLogger("django_tasks_coord.node")
 def prepare(config: NodeConfig, handlers: Registry) -> None:
     """Everything above, in that order."""
     register_consumer_topics(handlers)
+    apply_limits()
     warn_unknown_topics(config.topics or (), handlers)
     if config.scheduler:
         warn_unimportable_jobs()
@@ -46,6 +49,16 @@ def register_consumer_topics(handlers: Registry) -> list[str]:
             continue
         registered.append(name)
     return registered
+
+
+def apply_limits() -> list[str]:
+    """Write ``TASKS_COORD["LIMITS"]`` to the topics' rows; return the topics set. A bad
+    declaration is logged as an ERROR (system check ``tasks_coord.E003`` reports it too)."""
+    try:
+        return flow.apply_settings()
+    except TasksCoordError as exc:
+        logger.error("TASKS_COORD['LIMITS'] could not be applied: %s", exc)
+        return []
 
 
 def warn_unknown_topics(names: Iterable[str], handlers: Registry) -> list[str]:

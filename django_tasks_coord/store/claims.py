@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Collection, Sequence
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from django.db import DatabaseError, models
@@ -22,9 +23,11 @@ from django.db.models import Case, Exists, Expression, F, OuterRef, Q, Subquery,
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from django_tasks_coord import db
+from django_tasks_coord import db, flow
 from django_tasks_coord.enums import IN_FLIGHT, Condition, Order, TaskState
-from django_tasks_coord.models import Owner, Task, TaskQuerySet
+from django_tasks_coord.flow import LIMITED
+from django_tasks_coord.models import Owner, Task, TaskQuerySet, Topic
+from django_tasks_coord.store import flow as flow_claims
 from django_tasks_coord.store.fencing import held
 
 logger = logging.getLogger(__name__)
@@ -51,7 +54,7 @@ CLAIM_CHECK_SECONDS = 30.0
 _NON_BLOCKING = (TaskState.FILTERED, TaskState.CANCELED, TaskState.REDUNDANT)
 
 
-def _apply_condition(qs: models.QuerySet[Task], condition: Condition) -> models.QuerySet[Task]:
+def _apply_condition[S: models.QuerySet[Task]](qs: S, condition: Condition) -> S:
     """Keep back tasks while earlier tasks of their identifier block them (see :class:`Condition`)."""
     before = Task.objects.filter(topic_id=OuterRef("topic_id"), sequence__lt=OuterRef("sequence"))
     earlier = before.filter(identifier=OuterRef("identifier"))
@@ -78,6 +81,9 @@ def claim(
 ) -> list[Task]:
     """Lock up to ``limit`` due tasks (skipping locked ones) and mark them ACTIVE for ``owner``.
 
+    A topic under flow control (:mod:`django_tasks_coord.flow`) is claimed within its limits
+    by :func:`django_tasks_coord.store.flow.claim`.
+
     Returned highest priority first, then in ``order``. The statement depends on the
     database (:func:`~django_tasks_coord.db.claim_statement`): one autocommitted
     ``UPDATE ... RETURNING`` on PostgreSQL and SQLite, an ``UPDATE`` joined to the rows
@@ -88,8 +94,31 @@ def claim(
     claimed rows are looked for by their new ``exec_id`` once the database answers, and
     returned if they are there, rather than left ACTIVE with nobody knowing of them.
     """
+    if not flow.limits_of(name, using).limited:
+        # Where the cached "no limits" is stale, the statement takes nothing (its guard)
+        # until the cache expires: never more than the new limits allow.
+        return _claim(name, limit, order, condition, owner, using, conn)
+    where = (
+        (lambda due: due) if condition is None else partial(_apply_condition, condition=condition)
+    )
+    return flow_claims.claim(name, limit, order, owner, using, where)
+
+
+def _claim(
+    name: str,
+    limit: int,
+    order: Order,
+    condition: Condition | None,
+    owner: Owner | None,
+    using: str,
+    conn: Any,
+) -> list[Task]:
+    """:func:`claim` of a topic without limits, in one statement where the database allows
+    it; none while the topic has limits (a guard in the statement, for callers whose cache
+    does not know yet)."""
     now, exec_id = timezone.now(), uuid.uuid4()
     due: models.QuerySet[Task] = Task.objects.using(using).for_topic(name).due()
+    due = due.filter(~Exists(Topic.objects.using(using).filter(LIMITED, name=name)))
     if condition is not None:
         due = _apply_condition(due, condition)
     sequence = "sequence" if order is Order.FIFO else "-sequence"

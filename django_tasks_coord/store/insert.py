@@ -30,7 +30,7 @@ from django.db import IntegrityError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
-from django_tasks_coord import db, tracing
+from django_tasks_coord import db, flow, topics, tracing
 from django_tasks_coord.enums import IN_FLIGHT, Insertion, TaskState
 from django_tasks_coord.models import Task, Topic
 from django_tasks_coord.models.inserts import InsertStatement, from_arrays
@@ -160,6 +160,7 @@ def _append_sql(
 def _write(tasks: list[Task], using: str, topics: set[str]) -> list[Task]:
     """Insert ``tasks`` and wake the nodes of ``topics`` once the insert is committed."""
     conn = connections[using]
+    _key(tasks, using)
     with tracing.producing(tasks):  # a producer span each, and its traceparent stored
         statements = Task.objects.using(using).insert_statements(tasks)
         if statements is None:  # MySQL 8: row by row
@@ -176,6 +177,24 @@ def _write(tasks: list[Task], using: str, topics: set[str]) -> list[Task]:
                 _run(conn, statement)
             db.announce(conn, topics)
     return tasks
+
+
+def _key(tasks: list[Task], using: str) -> None:
+    """Give each task without a concurrency key (a defined task has its definition's) the
+    key of its topic's flow limits (:func:`django_tasks_coord.flow.key_of`), if it has one;
+    the limit key is the one read with the topic when the push checked that it exists
+    (:data:`~django_tasks_coord.topics.known_topics`), else the cached limits'."""
+    specs: dict[str, str] = {}
+    for task in tasks:
+        if task.concurrency_key:
+            continue
+        spec = specs.get(task.topic_id)
+        if spec is None:  # read with the topic's existence where the push checked it
+            known = topics.known_topics.limits(task.topic_id)
+            spec = flow.limits_of(task.topic_id, using).key if known is None else known[2]
+            specs[task.topic_id] = spec
+        if spec:
+            task.concurrency_key = flow.key_of(spec, task.identifier, task.payload)
 
 
 def _run(conn: BaseDatabaseWrapper, statement: InsertStatement) -> None:
