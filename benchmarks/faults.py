@@ -1020,44 +1020,40 @@ def anchor(key: str, r: dict[str, Any]) -> str:
 
 #: What a run found, under its table (the run's own figures say the rest).
 OVERFLOW = (
-    "Every node stopped itself: the heartbeat loop retried without back-off (the lifeline "
-    "wakes itself to register again), and after 1,024 failed attempts "
-    "`Backoff.delay` (`django_tasks_coord/db/reconnect.py`: `first * 2.0 ** (failures - 1)`) "
-    "raised `OverflowError`; the lifeline died (`ERROR ... A side task of the node died; "
-    "stopping the node.`), and each node exited once the database answered. Nothing was "
-    "lost, but every task pushed meanwhile waited for a node (*stuck*). A copy of the package "
-    "with the exponent capped survives the same fault: see the entry labelled *candidate fix*."
+    "Fixed in e05f228; this run is after the fix. Before it (the package at 7edcbf1, results "
+    "committed in 2d933bc), every node stopped "
+    "itself: a node that counted itself dead re-registered in a busy loop (the lifeline "
+    "wakes itself to register again, and a failed round ran the next at once), and after "
+    "1,024 failed attempts `Backoff.delay` (`django_tasks_coord/db/reconnect.py`: `first * "
+    "2.0 ** (failures - 1)`) raised `OverflowError`; the lifeline died (`ERROR ... A side "
+    "task of the node died; stopping the node.`), 3 of 3 nodes exited, about 2,400 tasks "
+    "stuck. The fix caps the exponent and makes a failed round wait a heartbeat."
+)
+CONNECTIONS = (
+    " Also fixed in e05f228: a connection refused for `max_connections` (PostgreSQL "
+    "SQLSTATE 53300 `too many clients`, MariaDB 1040/1203) was not taken for a lost "
+    "connection (`connection_lost()`), so a worker job raised (`ERROR ... A worker job "
+    "raised`) and the completer gave its outcomes up (`Completing N task(s) failed; they "
+    "will expire`): they ran again after the liveness interval (11 tasks in the PostgreSQL "
+    "run before the fix). Now it is an outage waited through."
+)
+FROZEN = (
+    "The one run counted as *started after declared dead* is a leader-only run (the `fenced` "
+    "job) that had passed the node's start check (`Execution.startable`) before the SIGSTOP "
+    "landed, 0.17 s after its slot, and entered the job function 37 ms after SIGCONT: frozen "
+    "between the check and the call (the runner reads the job's row in between). Its fenced "
+    "commit was refused and the new leader ran the slot, so nothing was committed twice; the "
+    "code before `ctx.fenced()` ran twice, which the guarantee allows (at least once "
+    "executed). The same happened once on PostgreSQL before (e8348bf). Not fixed: no check "
+    "before a call can exclude a freeze right after it; fencing is what holds."
 )
 NOTES: dict[str, str] = {
     "outage/postgres": OVERFLOW,
     "outage/mysql": OVERFLOW,
-    "connections/mysql": OVERFLOW
-    + " Also: a connection refused for `max_connections` (MariaDB 1040, PostgreSQL "
-    "`too many clients`) is not taken for a lost connection (`connection_lost()`), so a "
-    "worker job raises (`ERROR ... A worker job raised`) and the completer gives its "
-    "outcomes up (`Completing N task(s) failed; they will expire`): they run again after "
-    "the liveness interval.",
-    "connections/postgres": "A connection refused for `max_connections` (`FATAL: sorry, too "
-    "many clients already`) is not taken for a lost connection (`connection_lost()`): a "
-    "worker job raised and the completer gave 3 outcomes up (`Completing 1 task(s) failed; "
-    "they will expire`), 11 tasks ran again after the liveness interval. The nodes survived "
-    "here (the heartbeat loop failed fewer than 1,024 times).",
-    "sigstop/postgres": "One leader-only run (slot 11:11:34.85) entered the job function "
-    "38 ms after SIGCONT, after its node had been declared dead: it had passed the node's "
-    "start check (`Execution.startable`) before the SIGSTOP landed, and was frozen between "
-    "the check and the call (the runner reads the job's row in between). Its fenced commit "
-    "was refused (`Not completing ... this node no longer leads under term 1`); the new "
-    "leader ran the slot. Code before `ctx.fenced()` ran twice: at least once, as promised, "
-    "but counted here because the start is after the declaration.",
-    **{
-        f"{scenario}/{vendor}/candidate fix: back-off exponent capped": "The nodes ran from a "
-        "copy of the package at e8348bf with one line changed in "
-        "`django_tasks_coord/db/reconnect.py` (`Backoff.delay`: `2.0 ** min(self.failures - 1, "
-        "32)`), to show that this is what stops the nodes in the runs above. Not committed: "
-        "that file belongs to the reconnect work."
-        for scenario in ("outage", "connections")
-        for vendor in ("postgres", "mysql")
-    },
+    "connections/mysql": OVERFLOW + CONNECTIONS,
+    "connections/postgres": "Before e05f228 the nodes survived this run (the heartbeat loop "
+    "failed fewer than 1,024 times)." + CONNECTIONS,
+    "sigstop/mysql": FROZEN,
     "partition-tx/mysql": "The proxy never caught one of the node's MariaDB sessions inside "
     "a transaction (200 tries: its statements autocommit and `innodb_trx` lists a session "
     "only while it runs one), so this run is a plain partition that flapped for 30 s first.",
@@ -1082,8 +1078,9 @@ def markdown(document: dict[str, Any]) -> str:
         "1 s window after the fault completing 90% of the baseline. *Caught up*: the last task",
         "pushed before the end of the fault finished. Invariants are counts: 0 is the promise.",
         "The machine is shared with other work (2 cores, load 5-14 during the runs): rates are",
-        "noisy, one run each. The package at the commits measured (e8348bf, 6ba1737) is main's",
-        "7edcbf1 unchanged (only `benchmarks/` differs).",
+        "noisy, one run each. Each entry names the commit it measured: at e8348bf and 6ba1737",
+        "the package is 7edcbf1's; `outage`, `connections`, `sigkill` and `sigstop` ran again",
+        "at e05f228, after the fixes of what they found.",
         "",
         f"Machine: {document.get('machine', '?')}.",
         "",
