@@ -3,7 +3,7 @@
 :func:`cancel` and :func:`cancel_many` are re-exported by :mod:`django_tasks_coord.queue`
 (``queue.cancel``). What a running handler sees of a request, and how the node delivers
 it, is :mod:`django_tasks_coord.running`; the task store writes the rows
-(:func:`django_tasks_coord.store.claims.cancel`, :func:`~django_tasks_coord.store.claims.request_cancel`,
+(:func:`django_tasks_coord.store.cancels.cancel`, :func:`~django_tasks_coord.store.cancels.request_cancel`,
 :func:`~django_tasks_coord.store.claims.end_claims`).
 """
 
@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from django_tasks_coord.enums import TaskState
 from django_tasks_coord.models import Task
-from django_tasks_coord.store import claims
+from django_tasks_coord.store import cancels
 from django_tasks_coord.validation import check_task, state_error
 
 __all__ = ["cancel", "cancel_many"]
@@ -43,7 +43,7 @@ def cancel(task: Task, message: str | None = None) -> Task:
     """
     task = check_task(task)
     changes = _canceled(message)
-    how = claims.cancel(task, changes)
+    how = cancels.cancel(task, changes)
     if how is None:
         raise state_error(task, "cancel", "not completed (PENDING, REQUESTED or ACTIVE)")
     if how == "canceled":
@@ -70,7 +70,7 @@ def cancel_many(
     completing them: ``SKIP LOCKED``); they are missing from the result.
     """
     changes = _canceled(message)
-    canceled, requested = claims.cancel_many(tasks, changes, states)
+    canceled, requested = cancels.cancel_many(tasks, changes, states)
     for task in canceled:
         for field, value in changes.items():
             setattr(task, field, value)

@@ -126,9 +126,8 @@ def _setting_problems(values: dict[str, Any]) -> list[str]:
         value = values[key]
         if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
             problems.append(f"{key} must be a positive number of seconds, not {value!r}.")
-    problems.extend(_count_problems(values))
-    problems.extend(_metrics_problems(values))
-    problems.extend(flow.settings_problems(values["LIMITS"]))
+    problems += _count_problems(values) + _metrics_problems(values)
+    problems += flow.settings_problems(values["LIMITS"])
     node_values = {
         key.lower(): values[key]
         for key in (
@@ -155,17 +154,15 @@ def _setting_problems(values: dict[str, Any]) -> list[str]:
 
 
 def _count_problems(values: dict[str, Any]) -> list[str]:
-    """Batch sizes and the progress of running tasks (``PROGRESS_MAX_BYTES``, ``PROGRESS_INTERVAL``)."""
+    """Batch sizes, and the progress of running tasks (its largest value and interval)."""
     problems = []
     for key in ("RETENTION_BATCH_SIZE", "PROGRESS_MAX_BYTES"):
         value = values[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             problems.append(f"{key} must be an int of at least 1, not {value!r}.")
-    interval = values["PROGRESS_INTERVAL"]
-    if isinstance(interval, bool) or not isinstance(interval, int | float) or interval < 0:
-        problems.append(
-            f"PROGRESS_INTERVAL must be a non-negative number of seconds, not {interval!r}."
-        )
+    wait = values["PROGRESS_INTERVAL"]
+    if isinstance(wait, bool) or not isinstance(wait, int | float) or wait < 0:
+        problems.append(f"PROGRESS_INTERVAL must be a non-negative number, not {wait!r}.")
     return problems
 
 

@@ -67,7 +67,7 @@ from django_tasks_coord.execution_states import (
     success,
 )
 from django_tasks_coord.models import Task
-from django_tasks_coord.store import claims, handout
+from django_tasks_coord.store import cancels, handout
 from django_tasks_coord.store.finish import report
 from django_tasks_coord.store.insert import insert
 from django_tasks_coord.topics import adding_tasks, registering
@@ -220,19 +220,12 @@ def cancel(task_id: int, *, now: datetime | None = None) -> Task:
         if task.is_completed:
             raise done_error(task, "cancel", now)
         if task.state == TaskState.ACTIVE:
-            claims.request_cancel([task], None)
+            cancels.request_cancel([task], None)
             return task
-        changes = {
-            "state": TaskState.CANCELED,
-            "outcome_reason": OutcomeReason.CANCELED,
-            "finished_at": now,
-            "deadline": None,
-            "owner": None,
-            "attempt_log": task.attempt_log,
-        }
+        changes = canceled(task, now)
         for name, value in changes.items():
             setattr(task, name, value)
-        claims.cancel_execution(task, changes)
+        cancels.cancel_execution(task, changes)
         handout.freed_a_slot(task)
     return task
 

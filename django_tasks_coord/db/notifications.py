@@ -29,6 +29,7 @@ from typing import Any
 from django.db import DatabaseError, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from django_tasks_coord.db.reconnect import connection_lost
 from django_tasks_coord.db.vendor import has_notify
 
 logger = logging.getLogger(__name__)
@@ -105,8 +106,6 @@ def wake(conn: BaseDatabaseWrapper, topics: Iterable[str]) -> None:
         with conn.cursor() as cursor:
             cursor.execute(sql, params)
     except DatabaseError as exc:  # a lost connection is an outage the node reports once
-        from django_tasks_coord.db.reconnect import connection_lost
-
         logger.log(
             logging.DEBUG if connection_lost(exc) else logging.WARNING,
             "Could not wake the nodes of %s (%s); they will poll.",

@@ -10,7 +10,8 @@ none of them writes task rows itself (``tests/test_task_store_rule.py`` keeps it
 This module re-exports; the implementation lives in its submodules, one per kind of
 write: :mod:`~.fencing` (the one predicate of a claim still held), :mod:`~.insert`
 (pushes with their insertion mode, created and recreated tasks, each announced),
-:mod:`~.claims` (poll, release, cancel, return-to-queue of dead owners),
+:mod:`~.claims` (poll, release, return-to-queue of dead owners), :mod:`~.cancels`
+(cancels and cancel requests),
 :mod:`~.finish` (the queue's completions, an executor's reports), :mod:`~.handout`
 (the executor API's claim and its start timeout), :mod:`~.progress` (running
 tasks' progress), :mod:`~.revive` (reset, recreate,
@@ -19,7 +20,16 @@ junction) and :mod:`~.prune` (purge, retention batches, old results).
 
 from __future__ import annotations
 
-from django_tasks_coord.store import claims, finish, handout, insert, progress, prune, revive
+from django_tasks_coord.store import (
+    cancels,
+    claims,
+    finish,
+    handout,
+    insert,
+    progress,
+    prune,
+    revive,
+)
 from django_tasks_coord.store.attempts import write_log
 from django_tasks_coord.store.completion import Change, write_changes
 from django_tasks_coord.store.fencing import held
@@ -28,6 +38,7 @@ from django_tasks_coord.store.terms import stamp_term
 
 __all__ = [
     "Change",
+    "cancels",
     "claims",
     "finish",
     "handout",
