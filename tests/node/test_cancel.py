@@ -15,14 +15,7 @@ from django_tasks_coord.models import Owner, Task
 from django_tasks_coord.retry import RetryPolicy
 from tests.node.conftest import run
 from tests.operating.test_signals import needs_tasks
-
-
-def _wait_for(predicate, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail("timed out")
-        time.sleep(0.02)
+from tests.processes import wait_for
 
 
 def _cancel_when_running(sequence: int, started: threading.Event) -> threading.Thread:
@@ -78,7 +71,7 @@ def test_a_handler_that_ignores_the_cancel_and_succeeds_still_ends_canceled(make
 
     def stubborn(task: Task) -> Result:
         started.set()
-        _wait_for(running.cancel_requested)
+        wait_for(running.cancel_requested, timeout=20.0, interval=0.02)
         saw.append(running.cancel_requested())
         return Result.SUCCESS
 
@@ -98,7 +91,7 @@ def test_a_batch_handler_sees_each_task_of_its_batch(make_node, work_topic):
 
     def batch(tasks: list[Task]) -> None:
         started.set()
-        _wait_for(running.cancel_requested)
+        wait_for(running.cancel_requested, timeout=20.0, interval=0.02)
         seen.update({t.identifier: running.cancel_requested(t) for t in tasks})
         running.report_progress("half", tasks[1])
 
@@ -139,7 +132,11 @@ def test_a_django_task_sees_the_cancel_through_its_context(make_node, transactio
 
     def cancel() -> None:
         try:
-            _wait_for(lambda: Task.objects.filter(state=TaskState.ACTIVE).exists())
+            wait_for(
+                lambda: Task.objects.filter(state=TaskState.ACTIVE).exists(),
+                timeout=20.0,
+                interval=0.02,
+            )
             asked.append(backend.cancel(result.id, "enough"))
         finally:
             connections.close_all()  # this thread's connection
@@ -188,7 +185,7 @@ def test_a_canceled_handler_that_fails_otherwise_is_not_retried(make_node, work_
 
     def fails(task: Task) -> None:
         started.set()
-        _wait_for(running.cancel_requested)
+        wait_for(running.cancel_requested, timeout=20.0, interval=0.02)
         raise RuntimeError("gave up on my own terms")
 
     handlers.register("work", fails, retry=RetryPolicy(max_attempts=5, retry_interval=0))
