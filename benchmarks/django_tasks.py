@@ -209,6 +209,16 @@ def run_all(args: argparse.Namespace, vendors: list[str]) -> dict[str, Any]:
         for round_ in range(args.repeat):
             seconds = enqueue_ours(vendor, args.tasks)
             enqueues[OURS_DEFAULT].append(args.tasks / seconds)
+            if args.enqueue_only:
+                enqueues[tp.TASKS_DB].append(
+                    args.tasks / enqueue_tasks_db(peers, vendor, args.tasks)
+                )
+                print(
+                    f"{vendor} round {round_}: enqueue ours {enqueues[OURS_DEFAULT][-1]:,.0f}/s, "
+                    f"django-tasks-db {enqueues[tp.TASKS_DB][-1]:,.0f}/s",
+                    flush=True,
+                )
+                continue
             measured(drains, vendor, OURS_DEFAULT, drain_ours(vendor, args.tasks, {}), round_)
             fill_ours(vendor, args.tasks)
             measured(drains, vendor, OURS_TUNED, drain_ours(vendor, args.tasks, TUNED), round_)
@@ -218,6 +228,9 @@ def run_all(args: argparse.Namespace, vendors: list[str]) -> dict[str, Any]:
                     continue
                 drain = peers.drain(vendor, setup, args.tasks)
                 measured(drains, vendor, setup.label, drain, round_)
+        if args.enqueue_only:
+            results[vendor] = {"enqueue_per_s": enqueue_figures(enqueues)}
+            continue
         results[vendor] = {
             "drain": {name: tp.median_of(values) for name, values in drains.items()},
             "enqueue_per_s": {
@@ -227,6 +240,61 @@ def run_all(args: argparse.Namespace, vendors: list[str]) -> dict[str, Any]:
             "best": {s: tp.best_of(drains, s) for s in ("tasks_db", "procrastinate")},
         }
     return {"results": results, "peer_versions": peers.versions}
+
+
+def enqueue_figures(enqueues: dict[str, list[float]]) -> dict[str, Any]:
+    """Each system's median enqueue rate, and ours over django-tasks-db's, per round then
+    their median (the ratio of each round's pair, both measured in that round)."""
+    ours, peer = enqueues[OURS_DEFAULT], enqueues[tp.TASKS_DB]
+    return {
+        OURS_DEFAULT: round(statistics.median(ours)),
+        tp.TASKS_DB: round(statistics.median(peer)),
+        "rounds": {OURS_DEFAULT: [round(r) for r in ours], tp.TASKS_DB: [round(r) for r in peer]},
+        "ratio": round(statistics.median(o / p for o, p in zip(ours, peer, strict=True)), 2),
+    }
+
+
+def enqueue_markdown(data: dict[str, Any], meta: dict[str, Any]) -> str:
+    """The report of an ``--enqueue-only`` run."""
+    lines = [
+        "# `django.tasks` enqueue: this project's backend beside django-tasks-db",
+        "",
+        f"{meta['tasks']:,} `noop.enqueue()` calls per system and round, one call (one "
+        f"autocommitted insert) per task; median of {meta['repeat']} interleaved round(s), "
+        f"ratios per round then their median. {meta['machine']} (load average "
+        f"{meta['load_average']}); revision {meta['revision']}; {meta['date']}.",
+        "",
+        "| database | ours (calls/s) | django-tasks-db (calls/s) | ours / django-tasks-db | "
+        "rounds (ours; django-tasks-db) |",
+        "| --- | ---: | ---: | ---: | --- |",
+    ]
+    for vendor, figures in data["results"].items():
+        e = figures["enqueue_per_s"]
+        rounds = "; ".join(
+            ", ".join(f"{r:,}" for r in e["rounds"][name]) for name in (OURS_DEFAULT, tp.TASKS_DB)
+        )
+        lines.append(
+            f"| {LABELS[vendor]} | {e[OURS_DEFAULT]:,} | {e[tp.TASKS_DB]:,} | "
+            f"{e['ratio']:.2f}x | {rounds} |"
+        )
+    pg = data["results"].get("postgres")
+    if pg:
+        ratio = pg["enqueue_per_s"]["ratio"]
+        lines += [
+            "",
+            "Target (issue 20): single `.enqueue()` on PostgreSQL >= 1.5x django-tasks-db: "
+            f"{ratio:.2f}x ({'met' if ratio >= 1.5 else 'NOT met'}).",
+        ]
+    lines += [
+        "",
+        "How: ours with `DatabaseBackend` in this process; django-tasks-db "
+        f"{data['peer_versions'].get('django-tasks-db', '?')} in its own process "
+        "(`benchmarks.benchapp.tasks_db_enqueue`), on a database of its own on the same "
+        "server; rate: calls / seconds of the calling loop. "
+        "`python -m benchmarks.django_tasks --enqueue-only`.",
+        "",
+    ]
+    return "\n".join(lines)
 
 
 def targets(data: dict[str, Any]) -> list[str]:
@@ -307,6 +375,11 @@ def main() -> None:
     parser.add_argument("--databases", default="postgres,sqlite")
     parser.add_argument("--tasks", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--enqueue-only",
+        action="store_true",
+        help="only the enqueue comparison (no drains); results in django_tasks_enqueue.*",
+    )
     args = parser.parse_args()
     vendors = [v for v in args.databases.split(",") if v]
     vendors = [v for v in vendors if v == "sqlite" or tp.reachable(v)]
@@ -321,6 +394,11 @@ def main() -> None:
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "tuned": TUNED,
     }
+    if args.enqueue_only:
+        write_report(
+            "django_tasks_enqueue", {"meta": meta, **data}, lambda: enqueue_markdown(data, meta)
+        )
+        return
     write_report("django_tasks", {"meta": meta, **data}, lambda: markdown(data, meta))
 
 

@@ -17,7 +17,7 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import DatabaseError, connections
 from django.utils.module_loading import module_has_submodule
 
-from django_tasks_coord import db, flow, handlers, partitions
+from django_tasks_coord import db, flow, handlers, partitions, retention
 from django_tasks_coord.conf import _merged, app_settings
 from django_tasks_coord.exceptions import (
     ConfigurationError,
@@ -127,29 +127,8 @@ def _setting_problems(values: dict[str, Any]) -> list[str]:
         if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
             problems.append(f"{key} must be a positive number of seconds, not {value!r}.")
     problems += _count_problems(values) + _metrics_problems(values)
-    problems += flow.settings_problems(values["LIMITS"])
-    node_values = {
-        key.lower(): values[key]
-        for key in (
-            "WORKERS",
-            "BUFFER",
-            "BATCH_SIZE",
-            "POLL_INTERVAL",
-            "SHUTDOWN_MAX_WAIT",
-            "STATUS_INTERVAL",
-            "REAP_INTERVAL",
-            "HEARTBEAT_FREQUENCY",
-            "LIVENESS_INTERVAL",
-            "RETENTION_INTERVAL",
-            "WATCH_INTERVAL",
-        )
-    }
-    try:
-        NodeConfig(node_id=None, topics=None, listen_notify=True, **node_values).validate()
-    except ConfigurationError as exc:
-        problems.append(str(exc))
-    except TypeError as exc:  # e.g. a str compared with a number
-        problems.append(f"a node setting has the wrong type: {exc}.")
+    problems += flow.settings_problems(values["LIMITS"]) + retention.settings_problems(values)
+    problems += NodeConfig.settings_problems(values)
     return problems
 
 

@@ -22,10 +22,20 @@ and returns what a handler returns: None (SUCCESS), a :class:`Result` or a
 :class:`Decision`; raising fails the task with the exception. A task's final
 decision combines the decisions of the steps that ran for it, worst result
 first (:func:`combine`). Semantics in detail: docs/composite.md.
+
+**Steps resume.** For a task that carries a claim (one a node or ``queue.poll`` handed
+out), each step that ends SUCCESS or FILTER is recorded as a checkpoint of the task
+(:mod:`django_tasks_coord.running`, named ``tasks_coord.composite:<step>``) as soon as it
+returns. When the task runs again (retried, or recovered after its node died), the steps
+recorded by an earlier attempt are not called: their decisions are restored from the
+checkpoints, and the steps after them run. A step whose checkpoint is refused because the
+claim was lost fails the task with the :class:`~django_tasks_coord.exceptions.StaleClaimError`
+(its dependents do not run).
 """
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -34,12 +44,14 @@ from typing import Any, overload
 
 from django.db import connections
 
+from django_tasks_coord import running
 from django_tasks_coord.enums import Decision, Result
 from django_tasks_coord.exceptions import InvalidArgumentError
 from django_tasks_coord.handlers import HandlerResultError, Outcome, as_decision
 from django_tasks_coord.models import Task
+from django_tasks_coord.resume import CHECKPOINT_PREFIX, record, restored_decisions
 
-__all__ = ["RESULT_PRIORITY", "Composite", "Step", "StepFunc", "combine"]
+__all__ = ["CHECKPOINT_PREFIX", "RESULT_PRIORITY", "Composite", "Step", "StepFunc", "combine"]
 
 #: How bad each result is; the highest wins in :func:`combine`:
 #: FAILURE > SUSPENSION > FILTER > SUCCESS.
@@ -205,21 +217,26 @@ class Composite:
             supplement = None if self.supplement is None else self.supplement(tasks)
         except Exception as exc:  # noqa: BLE001 - the batch fails, the node goes on
             return [combine({"supplement": Decision.failure(exc)}) for _ in tasks]
+        restored = restored_decisions(tasks)
         ran: dict[str, dict[int, Decision]] = {}
         if self.max_parallel == 1 or all(len(level) == 1 for level in self._order):
             for name in self._steps:
                 ran[name] = self._run_step(
-                    name, self._eligible(name, ran, len(tasks)), tasks, supplement
+                    name, self._eligible(name, ran, len(tasks)), tasks, supplement, restored
                 )
         else:
-            self._run_parallel(ran, tasks, supplement)
+            self._run_parallel(ran, tasks, supplement, restored)
         return [
             combine({name: ran[name][i] for name in self._steps if i in ran[name]})
             for i in range(len(tasks))
         ]
 
     def _run_parallel(
-        self, ran: dict[str, dict[int, Decision]], tasks: list[Task], supplement: Any
+        self,
+        ran: dict[str, dict[int, Decision]],
+        tasks: list[Task],
+        supplement: Any,
+        restored: Mapping[int, Mapping[str, Decision]],
     ) -> None:
         waiting = {name: set(step.after) for name, step in self._steps.items()}
         ready = [name for name, deps in waiting.items() if not deps]
@@ -238,8 +255,18 @@ class Composite:
                     name = ready.pop(0)
                     indexes = self._eligible(name, ran, len(tasks))
                     if indexes:
+                        # In the caller's context: running.* inside a step sees its tasks.
+                        context = contextvars.copy_context()
                         running[
-                            pool.submit(self._run_in_thread, name, indexes, tasks, supplement)
+                            pool.submit(
+                                context.run,
+                                self._run_in_thread,
+                                name,
+                                indexes,
+                                tasks,
+                                supplement,
+                                restored,
+                            )
                         ] = name
                     else:  # stopped for every task: nothing to run, release the dependents
                         finish(name, {})
@@ -259,15 +286,36 @@ class Composite:
         ]
 
     def _run_in_thread(
-        self, name: str, indexes: list[int], tasks: list[Task], supplement: Any
+        self,
+        name: str,
+        indexes: list[int],
+        tasks: list[Task],
+        supplement: Any,
+        restored: Mapping[int, Mapping[str, Decision]],
     ) -> dict[int, Decision]:
         try:
-            return self._run_step(name, indexes, tasks, supplement)
+            return self._run_step(name, indexes, tasks, supplement, restored)
         finally:
             # Pool threads end with the batch; close the connections a step opened in this thread.
             connections.close_all()
 
     def _run_step(
+        self,
+        name: str,
+        indexes: list[int],
+        tasks: list[Task],
+        supplement: Any,
+        restored: Mapping[int, Mapping[str, Decision]],
+    ) -> dict[int, Decision]:
+        """Step ``name`` for the tasks at ``indexes``: restored where an earlier attempt
+        recorded it, else run (and recorded); one decision per index."""
+        decisions = {i: restored[i][name] for i in indexes if name in restored.get(i, {})}
+        to_run = [i for i in indexes if i not in decisions]
+        for i, decision in self._call_step(name, to_run, tasks, supplement).items():
+            decisions[i] = record(tasks[i], name, decision)
+        return {i: decisions[i] for i in indexes}
+
+    def _call_step(
         self, name: str, indexes: list[int], tasks: list[Task], supplement: Any
     ) -> dict[int, Decision]:
         """Run step ``name`` for the tasks at ``indexes``; one decision per index."""
@@ -308,6 +356,12 @@ def _stops(decision: Decision) -> bool:
 def _as_step(name: object, step: object) -> Step:
     if not isinstance(name, str) or not name:
         raise InvalidArgumentError(f"Step names must be non-empty strings, not {name!r}.")
+    longest = running.CHECKPOINT_NAME_MAX_LENGTH - len(CHECKPOINT_PREFIX)
+    if len(name) > longest:
+        raise InvalidArgumentError(
+            f"Step names have at most {longest} characters (they name checkpoints), "
+            f"not {len(name)}: {name[:40]!r}..."
+        )
     if isinstance(step, Step):
         return step
     if callable(step):

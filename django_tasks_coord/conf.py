@@ -90,6 +90,11 @@ DEFAULTS: dict[str, Any] = {
     "RETENTION_INTERVAL": 60.0,
     # Retention: tasks deleted per batch, each batch a short transaction of its own.
     "RETENTION_BATCH_SIZE": 1000,
+    # Retention of finished workflows (and their steps), applied by the same passes: days
+    # after a workflow ended SUCCEEDED or CANCELED (completed), or FAILED, before it is
+    # deleted; None keeps them for ever, as a topic without a retention policy keeps its tasks.
+    "WORKFLOW_KEEP_COMPLETED_DAYS": None,
+    "WORKFLOW_KEEP_FAILED_DAYS": None,
     # The metrics view (django_tasks_coord.metrics.views): True, anyone may read it; False,
     # only users with the view_metrics permission (session or API token); None: public
     # while DEBUG is on, else as False.
@@ -111,6 +116,13 @@ DEFAULTS: dict[str, Any] = {
     # runscheduler: while a claim was held back by a concurrency limit, look again after at
     # most this many seconds (a slot freed on another node wakes nobody here).
     "FLOW_RECHECK_INTERVAL": 0.1,
+    # runscheduler: seconds between a node's looks for workflow steps whose task ended
+    # (django_tasks_coord.workflows), while workflows move; rounds that find nothing back off
+    # (doubling) up to MAX_POLL_INTERVAL. Tasks completed on a node wake its advancer at once;
+    # the looks catch tasks completed elsewhere (an executor, another process's
+    # queue.complete, a cancel). 0: this node advances no workflows (no thread, no
+    # connection); other nodes must.
+    "WORKFLOW_POLL_INTERVAL": 1.0,
     # HTTP API: the longest wait (seconds) a long-poll may ask for.
     "LONG_POLL_MAX_TIMEOUT": 60.0,
     # HTTP API: seconds between a waiting long-poll's checks where no NOTIFY wakes it.

@@ -62,6 +62,15 @@ class ReservedTopicError(InvalidArgumentError):
     """
 
 
+class LimitKeyConflictError(InvalidArgumentError):
+    """Limits of a ``@task`` function or a job need their topic limited per one key
+    (``payload.task``, ``identifier``), and the topic is limited per another.
+
+    A ``@task`` function with ``rate`` or ``concurrency``: give it a ``queue_name`` of its
+    own, or remove the other key from its queue's topic.
+    """
+
+
 class TaskStateError(TasksCoordError):
     """A task is not in a state that allows the requested operation.
 
@@ -262,3 +271,20 @@ class ProgressError(InvalidArgumentError):
     """A progress value is not JSON, or is larger than ``TASKS_COORD["PROGRESS_MAX_BYTES"]``
     once serialized (4096 by default). Report a small summary (a percentage, counts, a
     stage name), not data."""
+
+
+class WorkflowError(TasksCoordError):
+    """Base class of errors about workflows (:mod:`django_tasks_coord.workflows`)."""
+
+
+class WorkflowDefinitionError(WorkflowError, InvalidArgumentError):
+    """A workflow cannot be started as given: a cycle among its steps, a parent that is not
+    one of its steps, two steps of one name, an unknown topic, definition or ``@task``
+    function, or arguments that are not JSON.
+
+    The message names the step and what is wrong with it. Nothing was written.
+    """
+
+
+class UnknownWorkflowError(WorkflowError, LookupError):
+    """No workflow has this id (it was never started, or it was deleted)."""

@@ -37,7 +37,7 @@ from __future__ import annotations
 import random
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -68,6 +68,7 @@ from django_tasks_coord.execution_states import (
 )
 from django_tasks_coord.models import Task
 from django_tasks_coord.store import cancels, handout
+from django_tasks_coord.store import checkpoints as store_checkpoints
 from django_tasks_coord.store.finish import report
 from django_tasks_coord.store.insert import insert
 from django_tasks_coord.topics import adding_tasks, registering
@@ -240,8 +241,9 @@ def poll(
 
     Each task gets a fresh ``exec_id`` and must be started within its definition's
     ``requested_to_start_timeout``; with ``start``, each is started at once (IN PROGRESS,
-    like :func:`start`), as the API's batch claim does. Concurrency limits count requested
-    and in-progress tasks; they hold under any number of concurrent pollers (see
+    like :func:`start`), as the API's batch claim does. Concurrency limits (the
+    definition's, its topic's) count requested and in-progress tasks, a rate limit of its
+    topic counts hand-outs; they hold under any number of concurrent pollers (see
     :func:`django_tasks_coord.store.handout.hand_out`).
     Definitions are visited from a random one on, so that no definition starves; those
     whose topic is paused (``queue.pause_topic``, the admin) hand out nothing.
@@ -285,23 +287,38 @@ def notify(
     exec_id: uuid.UUID | str,
     *,
     progress: Any = UNSET,
+    checkpoints: Mapping[str, Any] | None = None,
     now: datetime | None = None,
 ) -> Task:
     """Heartbeat of an in-progress task: its in-progress timeout starts again from ``now``.
 
     ``progress`` (a small JSON value, :func:`django_tasks_coord.running.check_progress`)
-    is stored with it as ``Task.progress``. The task returned says whether a cancel was
-    requested (``cancel_requested_at``): the executor should then stop and report.
+    is stored with it as ``Task.progress``; ``checkpoints`` (names to JSON values,
+    :func:`django_tasks_coord.running.check_checkpoint`) are stored as the task's
+    checkpoints, under the same claim (:func:`checkpoints_of` reads them). The task
+    returned says whether a cancel was requested (``cancel_requested_at``): the executor
+    should then stop and report.
     """
     now = _now(now)
     changes: dict[str, Any] = {}
     if progress is not UNSET:
         changes["progress"] = running.check_progress(progress)
+    if not isinstance(checkpoints, Mapping | None):
+        raise InvalidArgumentError("checkpoints must map names to JSON values.")
+    saved = {name: running.check_checkpoint(name, v) for name, v in (checkpoints or {}).items()}
     with db.write_transaction():
         task, definition = _held(task_id, exec_id, TaskState.ACTIVE, "notify", "in progress", now)
+        for name, value in saved.items():  # the row is held and locked: each write applies
+            store_checkpoints.write(task, name, value)
         deadline = now + _seconds(definition.in_progress_timeout)
         report(task, TaskState.ACTIVE, deadline=deadline, **changes)
     return task
+
+
+def checkpoints_of(task: Task) -> dict[str, Any]:
+    """The checkpoints ``task`` stored (its executor's ``notify``, a handler's
+    :func:`django_tasks_coord.running.checkpoint`): name to value, in the order written."""
+    return store_checkpoints.read([task]).get(task.pk, {})
 
 
 def succeed(

@@ -34,6 +34,10 @@ never block each other; what is skipped goes in a later pass. SQLite has no row
 locks: the rows are picked first and deleted in a write transaction that checks
 the policy again.
 
+Finished workflows and their steps go ``WORKFLOW_KEEP_COMPLETED_DAYS`` (SUCCEEDED, CANCELED)
+or ``WORKFLOW_KEEP_FAILED_DAYS`` after they ended (``None``, the default: kept for ever, as
+tasks without a policy), in the same passes and batches (:func:`apply_workflows`).
+
 Every node runs a :class:`Housekeeper` thread (``RETENTION_INTERVAL``, ``0``: none)
 that applies the policies of every topic that has one in bounded passes; when no
 topic has a policy, a pass is one query on the topic table.
@@ -57,7 +61,8 @@ from django_tasks_coord import db
 from django_tasks_coord.conf import app_settings
 from django_tasks_coord.enums import TaskState
 from django_tasks_coord.exceptions import InvalidArgumentError
-from django_tasks_coord.models import Topic
+from django_tasks_coord.models import Topic, WorkflowState
+from django_tasks_coord.store import workflows as workflow_rows
 from django_tasks_coord.store.prune import (
     Budget,
     Sweeps,
@@ -72,9 +77,11 @@ __all__ = [
     "FAILED_STATES",
     "LIMITS",
     "PASS_MAX_BATCHES",
+    "WORKFLOW_COMPLETED_STATES",
     "Housekeeper",
     "Policy",
     "apply",
+    "apply_workflows",
     "delete_finished",
     "get_policy",
     "policies",
@@ -92,6 +99,11 @@ COMPLETED_STATES: tuple[TaskState, ...] = (
 )
 #: The states the *failed* limits apply to.
 FAILED_STATES: tuple[TaskState, ...] = (TaskState.FAILED,)
+#: The workflow states ``WORKFLOW_KEEP_COMPLETED_DAYS`` applies to (FAILED: the other setting).
+WORKFLOW_COMPLETED_STATES: tuple[WorkflowState, ...] = (
+    WorkflowState.SUCCEEDED,
+    WorkflowState.CANCELED,
+)
 #: At most this many batches per pass of a node's :class:`Housekeeper`.
 PASS_MAX_BATCHES = 10
 
@@ -272,6 +284,67 @@ def _apply_policy(
     return deleted
 
 
+def workflow_rules() -> list[tuple[tuple[WorkflowState, ...], int]]:
+    """``(states, days)`` for each class of finished workflows that has a limit (settings)."""
+    rules = []
+    for states, days in (
+        (WORKFLOW_COMPLETED_STATES, app_settings.WORKFLOW_KEEP_COMPLETED_DAYS),
+        ((WorkflowState.FAILED,), app_settings.WORKFLOW_KEEP_FAILED_DAYS),
+    ):
+        if days is not None:
+            rules.append((states, _check_limit("workflow retention days", days) or 0))
+    return rules
+
+
+def settings_problems(values: dict[str, object]) -> list[str]:
+    """What is wrong with the workflow retention settings of ``values`` (system checks)."""
+    problems = []
+    for key in ("WORKFLOW_KEEP_COMPLETED_DAYS", "WORKFLOW_KEEP_FAILED_DAYS"):
+        try:
+            _check_limit(key, values[key])
+        except InvalidArgumentError as exc:
+            problems.append(str(exc))
+    return problems
+
+
+def apply_workflows(
+    *,
+    batch_size: int | None = None,
+    max_batches: int | None = None,
+    now: datetime | None = None,
+) -> int:
+    """Delete the finished workflows (with their steps) past ``WORKFLOW_KEEP_COMPLETED_DAYS``
+    or ``WORKFLOW_KEEP_FAILED_DAYS``; return how many went. Options as :func:`apply`'s;
+    no query at all while both settings are None."""
+    batch_size = _check_positive(
+        "batch_size",
+        app_settings.RETENTION_BATCH_SIZE if batch_size is None else batch_size,
+        none=False,
+    )
+    assert batch_size is not None
+    budget = Budget(_check_positive("max_batches", max_batches, none=True))
+    return _apply_workflows(batch_size, budget, timezone.now() if now is None else now)
+
+
+def _apply_workflows(
+    batch_size: int, budget: Budget, now: datetime, node: str | None = None
+) -> int:
+    deleted = 0
+    for states, days in workflow_rules():
+        if budget.spent:
+            break
+        deleted += workflow_rows.delete_finished(
+            states, before=now - timedelta(days=days), batch_size=batch_size, budget=budget
+        )
+    if deleted:
+        logger.info(
+            "Retention deleted %s finished workflow(s).",
+            deleted,
+            extra={"deleted": deleted, "node": node},
+        )
+    return deleted
+
+
 # --- the node's housekeeping ----------------------------------------------------------------
 
 
@@ -315,6 +388,8 @@ class Housekeeper(threading.Thread):
         self._rotation = itertools.count()
         self._sweeps: Sweeps = {}
         self._reconnect = db.Reconnect("Retention")
+        #: Finished workflows the last pass deleted.
+        self.workflows_deleted = 0
 
     def run(self) -> None:
         try:
@@ -351,19 +426,23 @@ class Housekeeper(threading.Thread):
         return counts
 
     def _pass(self) -> tuple[dict[str, int], bool]:
-        """One bounded pass: (deleted per topic, True if the budget ran out)."""
+        """One bounded pass: (deleted per topic, True if the budget ran out). Finished
+        workflows go after the topics' tasks, under the same budget (their count is
+        :attr:`workflows_deleted`)."""
         selected = policies()
-        if not selected:
-            return {}, False
-        start = next(self._rotation) % len(selected)
         batch_size = self.batch_size or app_settings.RETENTION_BATCH_SIZE
         budget = Budget(self.max_batches)
         now = self.now()
         counts = {}
-        for policy in selected[start:] + selected[:start]:
-            if budget.spent or self.stopping.is_set():  # the node stops: do not delay it
-                break
-            counts[policy.topic] = _apply_policy(
-                policy, batch_size, budget, now, self.node, self._sweeps
-            )
+        if selected:
+            start = next(self._rotation) % len(selected)
+            for policy in selected[start:] + selected[:start]:
+                if budget.spent or self.stopping.is_set():  # the node stops: do not delay it
+                    break
+                counts[policy.topic] = _apply_policy(
+                    policy, batch_size, budget, now, self.node, self._sweeps
+                )
+        self.workflows_deleted = 0
+        if not self.stopping.is_set():
+            self.workflows_deleted = _apply_workflows(batch_size, budget, now, self.node)
         return counts, budget.cut_short

@@ -1,4 +1,5 @@
-"""What a running handler asks and tells: whether its task was asked to stop, and its progress.
+"""What a running handler asks and tells: whether its task was asked to stop, its progress,
+and the checkpoints it resumes from after a crash.
 
 ::
 
@@ -34,8 +35,20 @@ most once per ``PROGRESS_INTERVAL`` seconds per task (reports in between are coa
 It is ``Task.progress``: shown in the admin, the executor API's task read, and the
 ``tasks_coord_task_progress_reports_total`` counter of the node's metrics.
 
+**Checkpoints.** :func:`checkpoint` stores a JSON value under a name for the running task,
+at once, in one statement, only while the task is still ACTIVE under this attempt's claim
+(else :class:`~django_tasks_coord.exceptions.StaleClaimError`: stop, the task runs
+elsewhere). :func:`checkpoints` returns what the task stored in this attempt and earlier
+ones; :func:`step` runs a function at most once per completed step: a retried or recovered
+task resumes after its last completed step (``running.step(f"email-{n}", send, address)``).
+A step runs at least once (again if its attempt died between its side effect and its
+checkpoint); its completion is recorded at most once per claim. Checkpoints stay with the
+task across its attempts and resets and go with it; a new task starts without any.
+Composite steps use them. See docs/howto/resume-after-a-crash.md.
+
 Outside a node (a loop of your own over ``queue.poll``) pass the task: :func:`cancel_requested`
-then reads its row, and :func:`report_progress` writes it at once.
+then reads its row, :func:`report_progress` writes it at once, and :func:`checkpoint` and
+:func:`checkpoints` write and read under the claim it carries.
 """
 
 from __future__ import annotations
@@ -44,26 +57,43 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
 from django_tasks_coord import db
 from django_tasks_coord.conf import app_settings
-from django_tasks_coord.exceptions import InvalidArgumentError, ProgressError, TaskCanceledError
+from django_tasks_coord.exceptions import (
+    InvalidArgumentError,
+    ProgressError,
+    StaleClaimError,
+    TaskCanceledError,
+)
 from django_tasks_coord.models import Task
+from django_tasks_coord.store import checkpoints as store_checkpoints
 from django_tasks_coord.store import progress as store_progress
 
 __all__ = [
+    "CHECKPOINT_NAME_MAX_LENGTH",
+    "RESERVED_PREFIX",
     "Run",
     "Runs",
     "cancel_requested",
+    "check_checkpoint",
     "check_progress",
+    "checkpoint",
+    "checkpoints",
     "only",
     "raise_if_canceled",
     "report_progress",
+    "step",
 ]
+
+#: Checkpoint names starting with this are the package's own (composite steps).
+RESERVED_PREFIX = "tasks_coord."
+#: The longest checkpoint name.
+CHECKPOINT_NAME_MAX_LENGTH = 200
 
 
 @dataclass(eq=False)
@@ -79,6 +109,10 @@ class Run:
     written_at: float = 0.0
     #: False once the handler returned (its last progress may still wait to be written).
     alive: bool = True
+    #: Its checkpoints by name, once read (:func:`checkpoints`); kept current by its writes.
+    saved: dict[str, Any] | None = None
+    #: The node's runs it belongs to (counts its checkpoints), if a node runs it.
+    runs: Runs | None = None
 
 
 #: The runs of the handler call under way in this thread or coroutine (one, or a batch's).
@@ -98,11 +132,14 @@ class Runs:
         self.delivered = 0
         #: Progress values written, since the node started.
         self.progress_writes = 0
+        #: Checkpoints its handlers wrote (:func:`checkpoint`, :func:`step`, composite
+        #: steps), since the node started.
+        self.checkpoint_writes = 0
 
     @contextlib.contextmanager
     def running(self, tasks: list[Task]) -> Iterator[tuple[Run, ...]]:
         """Register ``tasks`` as running for the handler call made inside the block."""
-        runs = tuple(Run(task) for task in tasks)
+        runs = tuple(Run(task, runs=self) for task in tasks)
         with self._lock:
             for run in runs:
                 self._runs[run.task.pk] = run
@@ -141,6 +178,11 @@ class Runs:
         with self._lock:
             run = self._runs.get(task.pk)
             return task.pk in self._requested or (run is not None and run.canceled.is_set())
+
+    def wrote_checkpoint(self) -> None:
+        """A handler of this node wrote a checkpoint."""
+        with self._lock:
+            self.checkpoint_writes += 1
 
     def forget(self, task: Task) -> None:
         """``task`` is done with: drop what is known of it."""
@@ -283,3 +325,121 @@ def report_progress(value: Any, task: Task | None = None) -> None:
             "report_progress(value, task)."
         )
     store_progress.write([(task, value)])
+
+
+def _one_run(task: Task | None, what: str) -> tuple[Task, Run | None]:
+    """The task a checkpoint call is about, and its run in this handler call (if any)."""
+    runs = _runs_of(task)
+    if task is not None:
+        return task, (runs[0] if runs else None)
+    if not runs:
+        raise InvalidArgumentError(
+            f"{what} outside a handler the node runs needs the task: {what}(..., task=task)."
+        )
+    if len(runs) > 1:
+        raise InvalidArgumentError(f"{what} in a batch handler: pass task=, or `running.only`.")
+    return runs[0].task, runs[0]
+
+
+def check_checkpoint(name: object, value: object = None) -> Any:
+    """Refuse a checkpoint name that is not a non-empty str of at most
+    :data:`CHECKPOINT_NAME_MAX_LENGTH` characters or starts with :data:`RESERVED_PREFIX`,
+    or a value that is not JSON (:class:`~django_tasks_coord.exceptions.InvalidArgumentError`);
+    return the value as it reads back (a tuple becomes a list)."""
+    limit, reserved = CHECKPOINT_NAME_MAX_LENGTH, RESERVED_PREFIX
+    if not (isinstance(name, str) and 0 < len(name) <= limit and not name.startswith(reserved)):
+        raise InvalidArgumentError(
+            f"A checkpoint name is a non-empty str of at most {limit} characters, not starting "
+            f"with {reserved!r} (reserved): not {name!r}."
+        )
+    return _as_json(value, name)
+
+
+def _as_json(value: object, name: str) -> Any:
+    """``value`` as it reads back from the database (a tuple becomes a list...)."""
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(
+            f"The value of checkpoint {name!r} must be JSON (dict, list, str, int, float, "
+            f"bool or None): {exc}."
+        ) from exc
+
+
+def _saved(task: Task, run: Run | None) -> dict[str, Any]:
+    if run is not None and run.saved is not None:
+        return run.saved
+    saved = store_checkpoints.read([task]).get(task.pk, {})
+    if run is not None:
+        run.saved = saved
+    return saved
+
+
+def save(task: Task, name: str, value: Any) -> Any:
+    """Write checkpoint ``name`` of ``task`` under its claim (names unchecked: the package's
+    own use); return the value as stored. :class:`StaleClaimError` if the claim is lost."""
+    value = _as_json(value, name)
+    if task.exec_id is None:
+        raise StaleClaimError(
+            f"Task #{task.pk} carries no claim: a checkpoint is written under the claim of "
+            "the attempt that records it."
+        )
+    if not store_checkpoints.write(task, name, value):
+        raise StaleClaimError(
+            f"Checkpoint {name!r} of task #{task.pk} refused: the task is no longer ACTIVE "
+            "under this attempt's claim (its node was declared dead and the task handed out "
+            "again, or it was completed). Stop: the attempt's work is being redone elsewhere."
+        )
+    for run in _runs_of(task):
+        if run.saved is not None:
+            run.saved[name] = value
+        if run.runs is not None:
+            run.runs.wrote_checkpoint()
+    return value
+
+
+def checkpoint(name: str, value: Any, task: Task | None = None) -> None:
+    """Store ``value`` (JSON) under ``name`` for the running task (or ``task``), durably.
+
+    Written at once, in one statement, and only while the task is ACTIVE under the claim
+    of this attempt: else :class:`~django_tasks_coord.exceptions.StaleClaimError` (let it
+    propagate: the task is being run elsewhere). Writing a name again replaces its value.
+    ``name``: a non-empty str of at most :data:`CHECKPOINT_NAME_MAX_LENGTH` characters, not
+    starting with :data:`RESERVED_PREFIX`. In a batch handler pass ``task``.
+    """
+    value = check_checkpoint(name, value)
+    task, _ = _one_run(_check_task(task), "checkpoint")
+    save(task, name, value)
+
+
+def checkpoints(task: Task | None = None) -> dict[str, Any]:
+    """The checkpoints of the running task (or ``task``): name to value, in the order they
+    were first written; those of earlier attempts, and this attempt's own.
+
+    Inside a handler the node runs, read once per attempt and then kept in memory.
+    """
+    task = _check_task(task)
+    task, run = _one_run(task, "checkpoints")
+    return {
+        name: value
+        for name, value in _saved(task, run).items()
+        if not name.startswith(RESERVED_PREFIX)
+    }
+
+
+def step[T](name: str, func: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """Run ``func(*args, **kwargs)`` once for the running task: durable step ``name``.
+
+    If an earlier attempt (or this one) completed the step, return the value it stored
+    without calling ``func``; else call it, store its result (JSON) as checkpoint ``name``
+    (:func:`checkpoint`) and return the result as stored (a tuple comes back as a list,
+    as a resumed attempt would get it). If ``func`` raises, nothing is stored and the
+    exception propagates. At least once: an attempt killed after ``func``'s side effect
+    and before its checkpoint runs the step again when the task resumes.
+    """
+    check_checkpoint(name)
+    task, run = _one_run(None, "step")
+    saved = _saved(task, run)
+    if name in saved:
+        return saved[name]  # type: ignore[no-any-return]
+    return save(task, name, func(*args, **kwargs))  # type: ignore[no-any-return]

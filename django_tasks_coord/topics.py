@@ -34,7 +34,15 @@ TopicRef = str | Topic
 
 
 #: The topic's flow limit columns, in the order ``flow.Limits.of`` takes them.
-LIMIT_FIELDS = ("rate_limit", "concurrency_limit", "limit_key", "fair")
+LIMIT_FIELDS = (
+    "rate_limit",
+    "concurrency_limit",
+    "limit_key",
+    "fair",
+    "total_rate_limit",
+    "total_concurrency_limit",
+    "key_limits",
+)
 
 
 class _KnownTopics:

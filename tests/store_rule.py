@@ -1,5 +1,6 @@
 """The task store rule, checked on every statement the tests run: outside the task store
-(``django_tasks_coord/store/``), no module of the package writes task rows.
+(``django_tasks_coord/store/``), no module of the package writes task rows (nor rows of
+the workflow tables, which ``store/workflows.py`` writes).
 
 How: :func:`install` puts :func:`guard` among the execute wrappers of every database
 connection (the open ones, and through the ``connection_created`` signal every one
@@ -25,6 +26,9 @@ What it does not judge:
   this process's connections are wrapped. The same code runs in-process elsewhere in
   the suite.
 - :data:`EXEMPT`: schema operations that move rows without changing them.
+
+The checkpoint table has a stricter rule of its own: its one writer is
+``store/checkpoints.py`` (:data:`CHECKPOINT_WRITER`), the module that fences its writes.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.signals import connection_created
 
 import django_tasks_coord
-from django_tasks_coord.models import Task
+from django_tasks_coord.models import Checkpoint, Task, Workflow, WorkflowStep
 
 #: The package's directory, as code objects name their files.
 PACKAGE = str(Path(django_tasks_coord.__file__).resolve().parent) + "/"
@@ -60,6 +64,8 @@ EXEMPT = {
     "migrations/": "migrations change the schema",
 }
 _VERBS = ("INSERT", "UPDATE", "DELETE", "WITH")
+#: The one module that writes the checkpoint table (relative to :data:`PACKAGE`).
+CHECKPOINT_WRITER = "store/checkpoints.py"
 
 
 @dataclass(frozen=True)
@@ -88,15 +94,23 @@ def _target(table: str) -> re.Pattern[str]:
 
 
 _TABLE = Task._meta.db_table
-_WRITES_TASKS = _target(_TABLE)
+#: The tables only the store writes: the tasks', and the workflows' (store/workflows.py).
+_TABLES = (_TABLE, Workflow._meta.db_table, WorkflowStep._meta.db_table)
+_WRITES = [_target(table) for table in _TABLES]
 
 
-def _writes_tasks(sql: Any) -> bool:
-    if not isinstance(sql, str) or _TABLE not in sql:
+def _writes_tasks(
+    sql: Any, tables: tuple[str, ...] = _TABLES, targets: list[re.Pattern[str]] = _WRITES
+) -> bool:
+    if not isinstance(sql, str) or not any(table in sql for table in tables):
         return False
     if not sql.lstrip()[:6].upper().startswith(_VERBS):
         return False
-    return _WRITES_TASKS.search(sql) is not None
+    return any(pattern.search(sql) for pattern in targets)
+
+
+_CHECKPOINTS = (Checkpoint._meta.db_table,)
+_WRITES_CHECKPOINTS = [_target(table) for table in _CHECKPOINTS]
 
 
 def writer(frame: FrameType | None) -> tuple[str, str] | None:
@@ -116,12 +130,12 @@ def writer(frame: FrameType | None) -> tuple[str, str] | None:
     return None
 
 
-def _judge(sql: str) -> None:
+def _judge(sql: str, allowed: str = STORE) -> None:
     found = writer(sys._getframe(2))
     if found is None:
         return  # no package frame: a test or Django itself wrote
     relative, where = found
-    if relative.startswith(STORE) or relative.startswith(tuple(EXEMPT)):
+    if relative.startswith(allowed) or relative.startswith(tuple(EXEMPT)):
         return
     violation = Violation(where, " ".join(sql.split())[:120])
     captured = getattr(_capturing, "found", None)
@@ -132,6 +146,8 @@ def guard(execute: Callable[..., Any], sql: Any, params: Any, many: bool, contex
     """The execute wrapper: judge a write of task rows, then run the statement."""
     if _writes_tasks(sql):
         _judge(sql)
+    elif _writes_tasks(sql, _CHECKPOINTS, _WRITES_CHECKPOINTS):
+        _judge(sql, CHECKPOINT_WRITER)
     return execute(sql, params, many, context)
 
 

@@ -16,11 +16,12 @@ from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_POST
 
-from django_tasks_coord import scheduling
+from django_tasks_coord import flow, scheduling
 from django_tasks_coord.admin.base import ServiceActionsAdmin, run_service, when
 from django_tasks_coord.admin.topics import task_list_url
 from django_tasks_coord.exceptions import TasksCoordError
 from django_tasks_coord.models import JobKind, PeriodicTask, Topic
+from django_tasks_coord.scheduling.names import run_topic
 from django_tasks_coord.scheduling.runner import import_problem, retry_policy
 from django_tasks_coord.scheduling.scheduler import jobs_paused, timing_of
 from django_tasks_coord.timers import parse
@@ -215,6 +216,7 @@ class PeriodicTaskAdmin(ServiceActionsAdmin):
                     ("waiting_policy", "waiting_time"),
                     ("allow_overlap", "fixed_delay"),
                     ("catch_up", "catch_up_limit"),
+                    "run_limits",
                     ("created_at", "updated_at", "finished_at"),
                 )
             },
@@ -240,6 +242,7 @@ class PeriodicTaskAdmin(ServiceActionsAdmin):
             "status",
             "upcoming",
             "runs",
+            "run_limits",
         ]
         if editable(obj):
             every = [name for name in every if name not in EDITABLE]
@@ -288,6 +291,18 @@ class PeriodicTaskAdmin(ServiceActionsAdmin):
                 ),
             ),
         )
+
+    @admin.display(description=_("limits of its runs"))
+    def run_limits(self, obj: PeriodicTask) -> Any:
+        """The job's flow limits (``scheduling.set_limits``): its entry of the run topic's
+        limits of key values, linked to that topic's page, where they are edited."""
+        topic = run_topic(obj)
+        row = Topic.objects.filter(name=topic).values_list(*flow.FIELDS).first()
+        limits = flow.Limits() if row is None else flow.Limits.of(*row)
+        own = limits.key_limits.get(obj.id) if limits.key == "identifier" else None
+        words = str(flow.Limits(own.rate, own.concurrency)) if own else _("none")
+        url = reverse("admin:django_tasks_coord_topic_change", args=[topic])
+        return format_html('{} (<a href="{}">{}</a>)', words, url, topic)
 
     @admin.display(description=_("runs"))
     def runs(self, obj: PeriodicTask) -> Any:

@@ -14,7 +14,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
 from django.utils.translation import gettext_lazy as _
 
-from django_tasks_coord import queue
+from django_tasks_coord import db, queue
 from django_tasks_coord.admin.base import (
     EstimatedCountPaginator,
     InputFilter,
@@ -23,7 +23,7 @@ from django_tasks_coord.admin.base import (
     when,
 )
 from django_tasks_coord.admin.definitions import DefinitionFilter
-from django_tasks_coord.models import Task
+from django_tasks_coord.models import Checkpoint, Task
 
 
 class IdentifierFilter(InputFilter):
@@ -62,6 +62,9 @@ def _pretty_json(value: Any) -> Any:
         '<pre class="tc-pre">{}</pre>', json.dumps(value, indent=2, sort_keys=True, default=str)
     )
 
+
+#: Checkpoints shown on a task's page (a task may record thousands).
+CHECKPOINTS_SHOWN = 100
 
 #: Characters of a task's message shown in the list (the whole message is in its tooltip).
 MESSAGE_CHARS = 60
@@ -150,6 +153,7 @@ class TaskAdmin(ServiceActionsAdmin):
                     "error_traceback",
                     "error_detail_json",
                     "attempt_log_json",
+                    "checkpoints_table",
                 )
             },
         ),
@@ -187,6 +191,7 @@ class TaskAdmin(ServiceActionsAdmin):
         "error_traceback",
         "error_detail_json",
         "attempt_log_json",
+        "checkpoints_table",
         "created_at",
         "execute_at",
         "started_at",
@@ -276,6 +281,42 @@ class TaskAdmin(ServiceActionsAdmin):
                 "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 rows,
             ),
+        )
+
+    @admin.display(description=_("checkpoints"))
+    def checkpoints_table(self, obj: Task) -> Any:
+        """What its handler recorded as done (``running.checkpoint``, ``running.step``,
+        composite steps): name, the attempt that wrote it, when, and the value. The first
+        :data:`CHECKPOINTS_SHOWN`, in the order they were written."""
+        rows = list(
+            Checkpoint.objects.using(db.alias())
+            .filter(task_id=obj.pk)
+            .order_by("id")
+            .values_list("name", "attempt", "written_at", "value")[: CHECKPOINTS_SHOWN + 1]
+        )
+        if not rows:
+            return "-"
+        more = ""
+        if len(rows) > CHECKPOINTS_SHOWN:
+            rows = rows[:CHECKPOINTS_SHOWN]
+            total = Checkpoint.objects.using(db.alias()).filter(task_id=obj.pk).count()
+            more = format_html("<p>{}</p>", _("and %(n)s more") % {"n": total - len(rows)})
+        return format_html(
+            '<table class="tc-attempts"><thead><tr><th>{}</th><th>{}</th><th>{}</th>'
+            "<th>{}</th></tr></thead><tbody>{}</tbody></table>{}",
+            _("name"),
+            _("attempt"),
+            _("written at"),
+            _("value"),
+            format_html_join(
+                "",
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                (
+                    (name, attempt, when(at), _pretty_json(value))
+                    for name, attempt, at, value in rows
+                ),
+            ),
+            more,
         )
 
     @admin.display(description=_("original"))

@@ -24,7 +24,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
-from django_tasks_coord import flow, queue, retention
+from django_tasks_coord import flow, queue, retention, topics
 from django_tasks_coord.admin.base import ServiceActionsAdmin, age, run_service
 from django_tasks_coord.enums import IN_FLIGHT, TaskState
 from django_tasks_coord.exceptions import InvalidArgumentError
@@ -38,6 +38,18 @@ def _count_of(tasks: QuerySet[Task]) -> Coalesce:
     return Coalesce(Subquery(counted), Value(0))
 
 
+def _total(limits: flow.Limits) -> str:
+    """The topic-wide limits in words (without a key, the per-key ones hold for all too)."""
+    total = flow.Limits(limits.total_rate, limits.total_concurrency)
+    if not limits.key:
+        rates = [r for r in (limits.rate, limits.total_rate) if r is not None]
+        counts = [c for c in (limits.concurrency, limits.total_concurrency) if c is not None]
+        total = flow.Limits(
+            min(rates, key=lambda r: r.count / r.period, default=None), min(counts, default=None)
+        )
+    return str(total)
+
+
 def task_list_url(**params: Any) -> str:
     """The task changelist filtered by ``params`` (admin filter parameters)."""
     url = reverse("admin:django_tasks_coord_task_changelist")
@@ -49,20 +61,31 @@ class TopicForm(forms.ModelForm):  # type: ignore[type-arg]
 
     class Meta:
         model = Topic
-        fields = (*retention.LIMITS, "rate_limit", "concurrency_limit", "limit_key", "fair")
+        fields = (
+            *retention.LIMITS,
+            *topics.LIMIT_FIELDS,
+        )
 
     def clean(self) -> dict[str, Any]:
         data: dict[str, Any] = super().clean() or {}
         try:
-            flow.validated(
-                rate=data.get("rate_limit") or None,
-                concurrency=data.get("concurrency_limit"),
-                key=data.get("limit_key") or "",
-                fair=bool(data.get("fair")),
-            )
+            flow.validated(**_limit_arguments(data), topic=self.instance.name or None)
         except InvalidArgumentError as exc:
             raise forms.ValidationError(str(exc)) from exc
         return data
+
+
+def _limit_arguments(data: dict[str, Any]) -> dict[str, Any]:
+    """The arguments of :func:`flow.set_limits` that the form's ``data`` stands for."""
+    return {
+        "rate": data.get("rate_limit") or None,
+        "concurrency": data.get("concurrency_limit"),
+        "key": data.get("limit_key") or "",
+        "fair": bool(data.get("fair")),
+        "total_rate": data.get("total_rate_limit") or None,
+        "total_concurrency": data.get("total_concurrency_limit"),
+        "key_limits": data.get("key_limits") or None,
+    }
 
 
 @admin.register(Topic)
@@ -93,11 +116,15 @@ class TopicAdmin(ServiceActionsAdmin):
                 "fields": (
                     ("rate_limit", "concurrency_limit"),
                     ("limit_key", "fair"),
+                    ("total_rate_limit", "total_concurrency_limit"),
+                    "key_limits",
                     "flow_usage",
                 ),
                 "description": _(
                     "Limits that hold across all nodes, from the next claim on "
-                    "(docs/flow-control.md). With a key, each key gets the limits whole."
+                    "(docs/flow-control.md). With a key, each key gets the rate and "
+                    "concurrency limits whole (or its own, in the limits of key values), "
+                    "and the total limits hold for the topic as a whole."
                 ),
             },
         ),
@@ -130,33 +157,41 @@ class TopicAdmin(ServiceActionsAdmin):
         written meanwhile is kept)."""
         data = form.cleaned_data
         retention.set_policy(obj, **{name: data[name] for name in retention.LIMITS})
-        flow.set_limits(
-            obj.name,
-            rate=data["rate_limit"] or None,
-            concurrency=data["concurrency_limit"],
-            key=data["limit_key"] or "",
-            fair=bool(data["fair"]),
-        )
+        internal = obj.name.startswith(topics.RESERVED_PREFIX)  # the jobs' topics
+        flow.set_limits(obj.name, **_limit_arguments(data), internal=internal)
 
     @admin.display(description=_("limits"))
     def limits(self, obj: Topic) -> str:
-        """The topic's flow limits in words ("rate 50/s, concurrency 3, per identifier")."""
-        return str(flow.Limits.of(obj.rate_limit, obj.concurrency_limit, obj.limit_key, obj.fair))
+        """The topic's flow limits in words ("rate 50/s, concurrency 3, per identifier,
+        total concurrency 20")."""
+        return str(flow.Limits.of(*(getattr(obj, name) for name in flow.FIELDS)))
 
     @admin.display(description=_("in use"))
     def flow_usage(self, obj: Topic) -> Any:
         """Tasks in flight and starts in the current rate window, per key (the detail page)."""
         seen = flow_claims.usage(obj.name)
+        limits: flow.Limits = seen["limits"]
         keys = sorted(set(seen["active"]) | set(seen["started"]))[:50]
-        rows = (
-            (key or "-", seen["active"].get(key, 0), seen["started"].get(key, 0)) for key in keys
+
+        def own(key: str) -> str:
+            each = limits.for_key(key)
+            return str(flow.Limits(each.rate, each.concurrency)) if limits.key else ""
+
+        rows = [
+            (key or "-", seen["active"].get(key, 0), seen["started"].get(key, 0), own(key))
+            for key in keys
+        ]
+        rows.append(
+            (str(_("all keys")), seen["total_active"], seen["total_started"], _total(limits))
         )
         return format_html(
-            '<table class="tc-flow"><tr><th>{}</th><th>{}</th><th>{}</th></tr>{}</table>',
+            '<table class="tc-flow"><tr><th>{}</th><th>{}</th><th>{}</th><th>{}</th></tr>'
+            "{}</table>",
             _("key"),
             _("in flight"),
             _("started in the rate window"),
-            format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td></tr>", rows),
+            _("limits"),
+            format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", rows),
         )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Topic]:

@@ -15,6 +15,8 @@ What wakes a waiting long-poll:
   LISTEN connection of the package (:class:`~django_tasks_coord.db.Listening`);
 - the moment the next waiting task of its definitions becomes due (``execute_at``, a
   retry delay), which no notification announces;
+- the moment the rate window of a definition's topic that held its last check back
+  (:func:`~django_tasks_coord.store.flow.held_back_until`) moves on;
 - elsewhere, or while the ``LISTEN`` connection is not up, a check every
   ``LONG_POLL_INTERVAL`` seconds.
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import weakref
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -35,6 +38,7 @@ from django_tasks_coord import db, executions
 from django_tasks_coord.api.threads import run_db
 from django_tasks_coord.conf import app_settings
 from django_tasks_coord.models import Task
+from django_tasks_coord.store import flow as flow_claims
 
 #: With LISTEN up, a waiting long-poll still checks this often (belt and braces).
 SAFETY_INTERVAL = 10.0
@@ -195,6 +199,9 @@ async def long_poll(
             wait = min(remaining, SAFETY_INTERVAL if notified else interval)
             if due is not None:
                 wait = min(wait, max((due - executions.clock()).total_seconds(), 0.0) + 0.001)
+            held = flow_claims.held_back_until(list(names))  # a rate window moves on then
+            if held is not None and held > time.monotonic():
+                wait = min(wait, held - time.monotonic() + 0.001)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), wait)
     finally:

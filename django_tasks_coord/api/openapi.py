@@ -190,7 +190,8 @@ OPERATIONS: tuple[Operation, ...] = (
         | _CONFLICT,
         request="NotifyRequest",
         description="Call it more often than the in-progress timeout. With `progress`, "
-        "the task's progress is stored (the task read shows it). When a user cancels the "
+        "the task's progress is stored (the task read shows it); with `checkpoints`, steps "
+        "done are stored for a later attempt to skip (the answer returns them all). When a user cancels the "
         "task while it runs, the answer carries `cancel_requested: true`: stop the work and "
         "call success or fail; the task ends canceled whatever you report (or at its "
         "in-progress timeout if you report nothing).",

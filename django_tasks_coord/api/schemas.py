@@ -116,6 +116,13 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                 "description": "The progress its executor last reported with notify (any "
                 "small JSON value), or null.",
             },
+            "checkpoints": {
+                "type": "object",
+                "description": "In the task read and the answer to notify only: what its "
+                "executors stored with notify (`checkpoints`), in this attempt and earlier "
+                "ones, name to value. An executor starting a retried task skips the steps "
+                "found here.",
+            },
         },
         "required": [
             "id",
@@ -331,6 +338,14 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "progress": {
                 "description": "How far the execution got (any JSON value of at most "
                 "PROGRESS_MAX_BYTES bytes, 4096 by default), stored as the task's `progress`.",
+            },
+            "checkpoints": {
+                "type": "object",
+                "description": "Steps done, to resume from if the task is run again (a retry, "
+                "a new executor after a timeout): names (at most 200 characters, not starting "
+                "with `tasks_coord.`) to JSON values, stored durably under this exec_id and "
+                "returned by the task read and this call's answer. A name sent again is "
+                "replaced.",
             },
         },
         "required": ["exec_id"],

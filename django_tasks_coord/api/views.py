@@ -198,7 +198,10 @@ def start(request: HttpRequest, user: Any, body: dict[str, Any], task_id: int) -
 @operation("notify")
 def notify(request: HttpRequest, user: Any, body: dict[str, Any], task_id: int) -> Any:
     progress = body.get("progress", UNSET)
-    return task_json(executions.notify(task_id, _exec_id(body), progress=progress))
+    task = executions.notify(
+        task_id, _exec_id(body), progress=progress, checkpoints=body.get("checkpoints")
+    )
+    return {**task_json(task), "checkpoints": executions.checkpoints_of(task)}
 
 
 @operation("success")
@@ -286,7 +289,8 @@ def list_tasks(request: HttpRequest, user: Any, body: dict[str, Any]) -> Any:
 
 @operation("get")
 def get(request: HttpRequest, user: Any, body: dict[str, Any], task_id: int) -> Any:
-    return task_json(executions.get(task_id))
+    task = executions.get(task_id)
+    return {**task_json(task), "checkpoints": executions.checkpoints_of(task)}
 
 
 @operation("cancel")

@@ -33,6 +33,7 @@ from django_tasks_coord.backends.compat import (
     task_enqueued,
 )
 from django_tasks_coord.backends.enqueue import Items, checked_items, ready, write
+from django_tasks_coord.backends.limits import limits_of as flow_limits
 from django_tasks_coord.backends.results import to_result
 from django_tasks_coord.backends.tasks import CoordTask
 from django_tasks_coord.conf import app_settings
@@ -148,6 +149,7 @@ class DatabaseBackend(BaseTaskBackend):
             Insertion.coerce(task.insertion, "insertion")
             if task.timer is not None:
                 parse(task.timer, tz=(task.timer_options or {}).get("tz"))
+            flow_limits(task)
         except (InvalidArgumentError, TimerError, TypeError) as exc:
             raise InvalidTask(f"Task {task.module_path}: {exc}") from exc
         key = task.unique_key

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from django_tasks_coord import queue, topics
+from django_tasks_coord.backends import limits
 from django_tasks_coord.backends.compat import Task, TaskResult, TaskResultStatus
 from django_tasks_coord.backends.tasks import CoordTask
 from django_tasks_coord.enums import Insertion
@@ -102,13 +103,15 @@ def write(
 ) -> list[datetime | None]:
     """Write the rows of ``items`` to the task's queue; each result's creation time.
 
-    APPEND (no unique key): one statement of the task store without ``Task`` objects, the
+    A function with ``rate`` or ``concurrency`` has them written to its queue's topic first
+    (:func:`~django_tasks_coord.backends.limits.ensure`). APPEND (no unique key): one statement of the task store without ``Task`` objects, the
     shared part of the payloads sent once; the other insertion modes through
     ``queue.push_many`` (None for a result whose row a later call of the batch deleted, as
     its enqueue one by one would have).
     """
     name = task.queue_name
     handler = task.module_path if isinstance(task, CoordTask) else ""
+    limits.ensure(task)  # the function's own rate and concurrency, if it has some
     if insertion is Insertion.APPEND:
         created: list[datetime | None] = list(
             topics.registering(

@@ -10,6 +10,9 @@ Django 6.1 hands every extra keyword argument of ``@task(...)`` to the backend's
 
     @task(timer="Mon..Fri 09:00", timer_options={"tz": "Europe/Berlin"})
     def morning_report(): ...
+
+    @task(rate="10/s", concurrency=2)   # across all nodes (docs/flow-control.md)
+    def call_partner_api(order_id): ...
 """
 
 from __future__ import annotations
@@ -41,7 +44,10 @@ class CoordTask(Task):  # type: ignore[type-arg]
     and applies ``insertion`` (default ``"supersede"``: a newer enqueue replaces a
     waiting one); ``timer`` (anything :func:`~django_tasks_coord.timers.parse`
     accepts) enqueues the task on that schedule, with ``timer_options`` passed to the
-    job declaration (``tz``, ``catch_up``, ``waiting_time``...).
+    job declaration (``tz``, ``catch_up``, ``waiting_time``...); ``rate`` (``"10/s"``,
+    ``"1000/m"``...) and ``concurrency`` (an int >= 1) limit the starts and the runs at once
+    of this function across all nodes (its queue's topic is keyed by the function,
+    :mod:`django_tasks_coord.backends.limits`; see docs/flow-control.md).
     """
 
     max_attempts: int | None = None
@@ -53,6 +59,8 @@ class CoordTask(Task):  # type: ignore[type-arg]
     timer_options: dict[str, Any] | None = dataclasses.field(
         default=None, compare=False, hash=False
     )
+    rate: str | None = None
+    concurrency: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.timeout, timedelta):

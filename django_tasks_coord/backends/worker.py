@@ -148,6 +148,21 @@ class CoordTaskContext(TaskContext):  # type: ignore[type-arg]
         """Report the task's progress (a small JSON value): ``TaskResult.progress``."""
         running.report_progress(value)
 
+    def checkpoint(self, name: str, value: Any) -> None:
+        """Store a JSON value under ``name``, durably, under this attempt's claim
+        (:func:`django_tasks_coord.running.checkpoint`)."""
+        running.checkpoint(name, value)
+
+    def checkpoints(self) -> dict[str, Any]:
+        """What this task stored, in this attempt and earlier ones
+        (:func:`django_tasks_coord.running.checkpoints`)."""
+        return running.checkpoints()
+
+    def step(self, name: str, func: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """Run ``func(*args, **kwargs)`` once for this task: the value stored by an earlier
+        attempt, else its result, stored (:func:`django_tasks_coord.running.step`)."""
+        return running.step(name, func, *args, **kwargs)
+
 
 def execute(row: TaskRow) -> Decision:
     """Run one attempt of a Django task and return its outcome (see the module docstring);

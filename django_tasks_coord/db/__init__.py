@@ -29,6 +29,8 @@ from django_tasks_coord.db.notifications import (
     remove_local_listener,
     wake,
     wakes_by_notify,
+    wakes_with_statement,
+    with_wake,
 )
 from django_tasks_coord.db.reconnect import (
     OUTAGE,
@@ -65,10 +67,12 @@ from django_tasks_coord.db.vendor import (
     planner_rows,
     reset_lock_window,
     set_lock_window,
+    share_lock_clause,
     supports_listen,
     supports_partitioning,
     table_rows,
     topic_in_key_lookups,
+    upsert_clause,
     uses_virtual_columns,
 )
 
@@ -111,13 +115,17 @@ __all__ = [
     "retry_while_lost",
     "serialize_claims",
     "set_lock_window",
+    "share_lock_clause",
     "supports_listen",
     "supports_partitioning",
     "table_rows",
     "topic_in_key_lookups",
+    "upsert_clause",
     "uses_virtual_columns",
     "wait_for_database",
     "wake",
     "wakes_by_notify",
+    "wakes_with_statement",
+    "with_wake",
     "write_transaction",
 ]

@@ -8,12 +8,17 @@ On PostgreSQL the wake-up is a statement of its own, after the commit of the wor
 rather than a ``NOTIFY`` inside the transaction that wrote it: PostgreSQL serializes the
 commits of transactions that notify (a global lock taken before the commit record is
 flushed, held until it is), so ``NOTIFY`` inside the writers' transactions makes
-concurrent producers commit one at a time, one disk flush each (8 producers: 2.5x fewer
-inserts per second here, ``benchmarks/results/enqueue.md``). The wake-up's own
+concurrent producers commit one at a time, one disk flush each. Measured
+(``benchmarks/results/enqueue_producers.md``, one run on a shared 2-core machine where no
+variant scaled from 1 to 8 producers): 1.64x fewer pushes per second with the ``NOTIFY``
+inside the insert's transaction with 8 producers, 1.44x with one. The wake-up's own
 transaction commits without waiting for the flush (``synchronous_commit`` off: nothing in
-it needs to survive a crash), so it holds that lock for microseconds. The price is one
-more round trip per autocommitted insert (two instead of one); a process that dies
-between its commit and its wake-up leaves the work to the nodes' next poll.
+it needs to survive a crash), so it holds that lock for microseconds. In autocommit, the insert and its wake-up
+still travel in one round trip (:func:`with_wake`): one query string of the insert, a
+``COMMIT`` and the wake-up, which PostgreSQL runs as two transactions, the insert's
+committed (and flushed) before the wake-up's begins; elsewhere (server-side binding, which
+takes one statement per query) the wake-up is a round trip of its own. A process that
+dies between the two commits leaves the work to the nodes' next poll.
 
 What listens for it: :mod:`~django_tasks_coord.db.listen` (the node's wake-ups and the
 long-polls of the HTTP API).
@@ -85,6 +90,35 @@ def wake_statement(topics: Iterable[str]) -> tuple[str, list[str]]:
         f"WHERE pg_notification_queue_usage() < {QUEUE_USAGE_LIMIT}"
     )
     return sql, [value for name in names for value in (NOTIFY_CHANNEL, name)]
+
+
+def wakes_with_statement(conn: BaseDatabaseWrapper) -> bool:
+    """Whether an autocommitted statement on ``conn`` can carry its wake-up (:func:`with_wake`).
+
+    PostgreSQL with client-side binding (Django's default): the query string goes as one
+    simple query, which may hold several statements. Not with
+    ``OPTIONS["server_side_binding"]`` (a prepared statement is one statement), nor inside
+    a transaction (the wake-up waits for its commit there, :func:`announce`).
+    """
+    return (
+        wakes_by_notify(conn)
+        and conn.get_autocommit()
+        and conn.settings_dict.get("OPTIONS", {}).get("server_side_binding") is not True
+    )
+
+
+def with_wake(sql: str, params: list[Any], topics: Iterable[str]) -> tuple[str, list[Any]]:
+    """``sql`` (one autocommitted statement whose rows the caller reads) followed by its
+    ``COMMIT`` and the wake-up of ``topics`` (:func:`wake_statement`), as one query string.
+
+    PostgreSQL runs the statements of one simple query as one implicit transaction up to
+    the ``COMMIT``, then the wake-up as a transaction of its own: ``sql`` is committed
+    (flushed to disk) without the lock that notifying transactions take at commit, and
+    the wake-up is sent only if ``sql`` succeeded (an error skips the rest of the query).
+    The cursor's current result stays ``sql``'s. Only where :func:`wakes_with_statement`.
+    """
+    wake_sql, wake_params = wake_statement(topics)
+    return f"{sql}; COMMIT; {wake_sql}", [*params, *wake_params]
 
 
 def wake(conn: BaseDatabaseWrapper, topics: Iterable[str]) -> None:

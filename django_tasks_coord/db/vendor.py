@@ -234,3 +234,33 @@ def topic_in_key_lookups(conn: BaseDatabaseWrapper) -> bool:
     wait on a row another transaction holds (one ``SKIP LOCKED`` left out).
     """
     return conn.vendor != _MYSQL
+
+
+def share_lock_clause(conn: BaseDatabaseWrapper) -> str:
+    """The clause that makes a ``SELECT`` (an ``INSERT ... SELECT``'s too) read the latest
+    committed rows and hold them against changes until the commit: ``FOR SHARE``
+    (PostgreSQL), ``LOCK IN SHARE MODE`` (MySQL/MariaDB); none on SQLite, whose writes are
+    serialized anyway. Written with a leading space, or empty."""
+    if conn.vendor == _POSTGRESQL:
+        return " FOR SHARE"
+    if conn.vendor == _MYSQL:
+        return " LOCK IN SHARE MODE"
+    return ""
+
+
+def upsert_clause(
+    conn: BaseDatabaseWrapper, conflict: Sequence[str], columns: Sequence[str]
+) -> str:
+    """The clause of an ``INSERT`` that replaces ``columns`` of the row already holding the
+    unique ``conflict`` columns: ``ON DUPLICATE KEY UPDATE`` (MySQL/MariaDB, which finds
+    the unique key itself), ``ON CONFLICT (...) DO UPDATE`` (PostgreSQL, SQLite). Written
+    with a leading space."""
+    quote = conn.ops.quote_name
+    if conn.vendor == _MYSQL:
+        return " ON DUPLICATE KEY UPDATE " + ", ".join(
+            f"{quote(c)} = VALUES({quote(c)})" for c in columns
+        )
+    keys = ", ".join(quote(c) for c in conflict)
+    return f" ON CONFLICT ({keys}) DO UPDATE SET " + ", ".join(
+        f"{quote(c)} = EXCLUDED.{quote(c)}" for c in columns
+    )

@@ -53,6 +53,16 @@ class QueueStateCollector(Collector):
             "The topic's concurrency limit (per key with a limit key).",
             read.concurrency_limits,
         )
+        yield _per_topic(
+            "topic_total_rate_limit",
+            "The topic's topic-wide rate limit in task starts per second (all keys together).",
+            read.total_rate_limits,
+        )
+        yield _per_topic(
+            "topic_total_concurrency_limit",
+            "The topic's topic-wide concurrency limit (all keys together).",
+            read.total_concurrency_limits,
+        )
         yield GaugeMetricFamily(
             PREFIX + "nodes",
             "Nodes (owners) whose heartbeat is younger than LIVENESS_INTERVAL.",
@@ -60,6 +70,18 @@ class QueueStateCollector(Collector):
         )
         yield from _leaders(read.leaders)
         yield from _jobs(read.jobs)
+        yield _workflows(read.workflows)
+
+
+def _workflows(counts: dict[str, int]) -> GaugeMetricFamily:
+    workflows = GaugeMetricFamily(
+        PREFIX + "workflows",
+        "Workflows per state (exact up to 10,000 per state, then the planner's estimate).",
+        labels=["state"],
+    )
+    for name, n in sorted(counts.items()):
+        workflows.add_metric([name], n)
+    return workflows
 
 
 def _tasks(counts: dict[tuple[str, str], int]) -> GaugeMetricFamily:

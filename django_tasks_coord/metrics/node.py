@@ -176,6 +176,11 @@ class _NodeGauges(Collector):
             "Progress values of running tasks this node wrote (coalesced reports).",
             value=runs.progress_writes,
         )
+        yield CounterMetricFamily(
+            PREFIX + "node_checkpoints_written",
+            "Checkpoints this node's handlers wrote (durable steps, composite steps).",
+            value=runs.checkpoint_writes,
+        )
         info = GaugeMetricFamily(
             PREFIX + "node_info", "Always 1; the node's id as a label.", labels=["node"]
         )

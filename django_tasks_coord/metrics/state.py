@@ -15,6 +15,9 @@ What each read costs (the same discipline as the admin's changelist, see
 - **Oldest due pending task per topic**: two index probes per topic (the first due
   ``execute_at`` in the ``tasks_coord_due`` index; the first pending task without one
   in sequence order).
+- **Workflows per state**: for each state, one count of at most :data:`EXACT_BELOW` + 1
+  entries of the ``(state, id)`` index (one statement for the four states), the planner's
+  estimate above that; SQLite: one exact grouped count.
 - Live nodes, leaders, jobs: small tables (one row per node, group, job); a job's last
   success reads its latest successful run through the ``(topic, identifier,
   sequence)`` index only when its last run did not succeed.
@@ -43,7 +46,16 @@ from django.db.models.functions import Concat, Now
 from django_tasks_coord import db, flow
 from django_tasks_coord.conf import app_settings
 from django_tasks_coord.enums import TaskState
-from django_tasks_coord.models import HealthCheck, Owner, PeriodicTask, Task, TokenHolder, Topic
+from django_tasks_coord.models import (
+    HealthCheck,
+    Owner,
+    PeriodicTask,
+    Task,
+    TokenHolder,
+    Topic,
+    Workflow,
+    WorkflowState,
+)
 from django_tasks_coord.scheduling.names import GROUP_TOPIC_PREFIX, JOBS_TOPIC
 
 #: A topic's count in one state is exact up to this many tasks, an estimate above.
@@ -90,10 +102,16 @@ class QueueState:
     rate_limits: dict[str, float] = field(default_factory=dict)
     #: topic → its concurrency limit (topics with one only)
     concurrency_limits: dict[str, float] = field(default_factory=dict)
+    #: topic → its topic-wide rate limit in starts per second (topics with one only)
+    total_rate_limits: dict[str, float] = field(default_factory=dict)
+    #: topic → its topic-wide concurrency limit (topics with one only)
+    total_concurrency_limits: dict[str, float] = field(default_factory=dict)
     #: owners (nodes) with a heartbeat younger than ``LIVENESS_INTERVAL``
     nodes: int = 0
     leaders: list[Leader] = field(default_factory=list)
     jobs: list[Job] = field(default_factory=list)
+    #: workflow state (``running``, ``succeeded``...) → workflows, every state listed
+    workflows: dict[str, int] = field(default_factory=dict)
 
 
 def state_name(state: int) -> str:
@@ -107,15 +125,17 @@ def read(using: str | None = None) -> QueueState:
     result = QueueState()
     rows = Topic.objects.using(using).order_by("name")
     topics = {}
-    for name, paused, rate, concurrency in rows.values_list(
-        "name", "paused", "rate_limit", "concurrency_limit"
-    ):
+    for name, paused, *fields in rows.values_list("name", "paused", *flow.FIELDS):
         topics[name] = paused
-        limits = flow.Limits.of(rate, concurrency, "", False)
+        limits = flow.Limits.of(*fields)
         if limits.rate is not None:
             result.rate_limits[name] = limits.rate.count / limits.rate.period
-        if concurrency is not None:
-            result.concurrency_limits[name] = float(concurrency)
+        if limits.concurrency is not None:
+            result.concurrency_limits[name] = float(limits.concurrency)
+        if limits.total_rate is not None:
+            result.total_rate_limits[name] = limits.total_rate.count / limits.total_rate.period
+        if limits.total_concurrency is not None:
+            result.total_concurrency_limits[name] = float(limits.total_concurrency)
     result.paused = topics
     result.tasks, result.estimated = task_counts(list(topics), using)
     result.oldest_pending = oldest_pending(list(topics), using)
@@ -123,7 +143,35 @@ def read(using: str | None = None) -> QueueState:
     result.nodes = Owner.objects.using(using).filter(heartbeat__gte=alive).count()
     result.leaders = leaders(using)
     result.jobs = jobs(using)
+    result.workflows = workflow_counts(using)
     return result
+
+
+def workflow_counts(using: str, exact_below: int = EXACT_BELOW) -> dict[str, int]:
+    """Workflows per state (every state, 0 included): exact up to ``exact_below`` per
+    state, then the planner's estimate (see the module's docstring)."""
+    conn = connections[using]
+    counts = {state.value: 0 for state in WorkflowState}
+    if not db.has_row_estimates(conn):
+        rows = Workflow.objects.using(using).order_by().values_list("state").annotate(n=Count("pk"))
+        for state, n in rows:
+            counts[state] = n
+        return counts
+    table = conn.ops.quote_name(Workflow._meta.db_table)
+    branch = (
+        f"SELECT %s, COUNT(*) FROM (SELECT 1 FROM {table} WHERE state = %s "
+        f"ORDER BY id LIMIT {int(exact_below) + 1}) AS capped"
+    )  # ORDER BY id: the (state, id) index's order, so that index is read
+    sql = " UNION ALL ".join([branch] * len(counts))
+    with conn.cursor() as cursor:
+        cursor.execute(sql, [value for state in counts for value in (state, state)])
+        found = cursor.fetchall()
+    for state, n in found:
+        if n > exact_below:
+            guess = db.planner_rows(conn, f"SELECT 1 FROM {table} WHERE state = %s", [state])
+            n = max(guess or 0, n)
+        counts[str(state)] = int(n)
+    return counts
 
 
 def task_counts(

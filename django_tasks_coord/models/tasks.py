@@ -85,6 +85,37 @@ class Topic(models.Model):
         db_default=False,
         help_text=_("Claim round-robin across limit keys instead of oldest first."),
     )
+    total_rate_limit = models.CharField(
+        _("total rate limit"),
+        max_length=32,
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_(
+            "At most this many task starts per period for the topic as a whole, whatever "
+            "the limit key (the rate limit then holds per key)."
+        ),
+    )
+    total_concurrency_limit = models.PositiveIntegerField(
+        _("total concurrency limit"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "At most this many tasks of the topic active at once, whatever the limit key "
+            "(the concurrency limit then holds per key)."
+        ),
+    )
+    key_limits = models.JSONField(
+        _("limits of key values"),
+        null=True,
+        blank=True,
+        default=None,
+        help_text=_(
+            'Limits of particular key values instead of the per-key ones, e.g. {"acme": '
+            '{"rate": "10/s", "concurrency": 2}}. @task functions with rate or concurrency '
+            "and job runs with limits are entries here."
+        ),
+    )
     fair_cursor = models.CharField(
         _("fair claims' cursor"),
         max_length=255,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -36,6 +37,37 @@ class NodeConfig:
     #: Where nothing announces work: how often the cluster's waiting nodes look for it,
     #: together (``WATCH_INTERVAL``; 0: never; see :mod:`~django_tasks_coord.node.watch`).
     watch_interval: float = 0.2
+    #: Seconds between a node's looks for workflow steps whose task ended elsewhere
+    #: (``WORKFLOW_POLL_INTERVAL``; completions on the node itself wake it at once; 0: the
+    #: node advances no workflows, others do).
+    workflow_poll_interval: float = 1.0
+
+    @classmethod
+    def settings_problems(cls, values: Mapping[str, Any]) -> list[str]:
+        """What is wrong with the node's settings among ``values`` (``TASKS_COORD``, merged
+        with the defaults): the system check ``tasks_coord.E003`` reports it."""
+        keys = (
+            "WORKERS",
+            "BUFFER",
+            "BATCH_SIZE",
+            "POLL_INTERVAL",
+            "SHUTDOWN_MAX_WAIT",
+            "STATUS_INTERVAL",
+            "REAP_INTERVAL",
+            "HEARTBEAT_FREQUENCY",
+            "LIVENESS_INTERVAL",
+            "RETENTION_INTERVAL",
+            "WATCH_INTERVAL",
+            "WORKFLOW_POLL_INTERVAL",
+        )
+        node_values = {key.lower(): values[key] for key in keys}
+        try:
+            cls(node_id=None, topics=None, listen_notify=True, **node_values).validate()
+        except ConfigurationError as exc:
+            return [str(exc)]
+        except TypeError as exc:  # e.g. a str compared with a number
+            return [f"a node setting has the wrong type: {exc}."]
+        return []
 
     @classmethod
     def from_settings(cls, **overrides: Any) -> NodeConfig:
@@ -68,7 +100,12 @@ class NodeConfig:
                 raise ConfigurationError(
                     f"{name.upper()} must be a positive number of seconds, not {value!r}."
                 )
-        for name in ("shutdown_max_wait", "status_interval", "retention_interval"):
+        for name in (
+            "shutdown_max_wait",
+            "status_interval",
+            "retention_interval",
+            "workflow_poll_interval",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int | float) or value < 0:
                 raise ConfigurationError(

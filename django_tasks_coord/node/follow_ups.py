@@ -3,7 +3,8 @@
 Once the completer (:mod:`django_tasks_coord.node.completer`) has written outcomes, it
 hands the tasks here: each counts as processed (or failed) on the node, the topics'
 failure streaks are kept, a failure's error policy applies (it may pause the topic),
-the task types' ``on_outcome`` is called and ``task_completed`` is sent. Each
+the task types' ``on_outcome`` is called, ``task_completed`` is sent, and the workflow
+advancer is woken (:mod:`~django_tasks_coord.node.workflows`). Each
 follow-up is called again while the database connection is lost.
 """
 
@@ -56,6 +57,10 @@ class FollowUps:
 
     def completed(self, items: list[Item]) -> None:
         """Follow up on ``items``, whose outcomes are written."""
+        try:  # the workflow steps these tasks were (before they count as done: a burst)
+            self.node.workflows.wake_after_completions()
+        except Exception:
+            logger.exception("After completing tasks: advancing workflows failed.")
         by_topic: dict[str, list[Item]] = defaultdict(list)
         for item in items:
             by_topic[item[1].topic_id].append(item)

@@ -17,6 +17,7 @@ round (:mod:`django_tasks_coord.node.duty`):
   sweeps, status line) and, in a group, its leadership
   (:class:`~django_tasks_coord.node.leadership.Leadership`);
 - the scheduler thread (:class:`~django_tasks_coord.scheduling.loop.SchedulerLoop`);
+- the workflow advancer thread (:class:`~django_tasks_coord.node.workflows.WorkflowAdvancer`);
 - the retention housekeeper thread (:class:`~django_tasks_coord.retention.Housekeeper`);
 - on PostgreSQL, the listener thread (LISTEN/NOTIFY wake-ups).
 
@@ -58,6 +59,7 @@ from django_tasks_coord.node.pool import WorkerPool
 from django_tasks_coord.node.state import NodeState
 from django_tasks_coord.node.subscriptions import Subscriptions
 from django_tasks_coord.node.wakeup import Listener, WakeEvent, listen_supported
+from django_tasks_coord.node.workflows import WorkflowAdvancer
 from django_tasks_coord.retention import Housekeeper
 from django_tasks_coord.scheduling.loop import SchedulerLoop
 from django_tasks_coord.scheduling.names import JOBS_TOPIC, SCHEDULE_CHANGED, group_topic
@@ -132,6 +134,7 @@ class Node:
             submitted=lambda: self.wake(JOBS_TOPIC),  # its dispatcher claims the runs now
             burst=config.burst,
         )
+        self.workflows = WorkflowAdvancer(self.state, interval=config.workflow_poll_interval)
         self.subscriptions = self._subscriptions()
         self._side_threads: list[threading.Thread] = []
 
@@ -353,6 +356,8 @@ class Node:
     def _start_side_threads(self) -> None:
         state, config = self.state, self.config
         threads = [self._duty_thread("lifeline", self.lifeline)]
+        if self.workflows.enabled:  # WORKFLOW_POLL_INTERVAL 0: no advancer on this node
+            threads.append(self._duty_thread("workflows", self.workflows))
         if config.scheduler:
             threads.append(self._duty_thread("scheduler", self.scheduler_loop))
         if config.listen_notify and listen_supported(db.alias()):

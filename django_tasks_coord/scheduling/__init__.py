@@ -52,6 +52,7 @@ from django_tasks_coord.scheduling.jobs import (
     schedule_one_time,
     schedule_periodic,
     schedule_recurring,
+    set_limits,
     unschedule,
 )
 from django_tasks_coord.scheduling.jobs import save_job as save_job
@@ -77,6 +78,7 @@ __all__ = [
     "schedule_one_time",
     "schedule_periodic",
     "schedule_recurring",
+    "set_limits",
     "sync_declared",
     "unschedule",
 ]

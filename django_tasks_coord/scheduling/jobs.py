@@ -15,7 +15,7 @@ from typing import Any
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from django_tasks_coord import db, store, topics
+from django_tasks_coord import db, flow, store, topics
 from django_tasks_coord.enums import ErrorPolicy
 from django_tasks_coord.exceptions import InvalidArgumentError, JobDefinitionError, UnknownJobError
 from django_tasks_coord.models import JobKind, PeriodicTask, Task
@@ -142,6 +142,26 @@ def pause(job_id: str) -> None:
 def resume(job_id: str) -> None:
     """Fire ``job_id`` again; slots missed while paused follow its missed-slot policy."""
     _changed(_job_rows(job_id), paused=False)
+
+
+def set_limits(job_id: str, *, rate: str | None = None, concurrency: int | None = None) -> None:
+    """Limit the runs of ``job_id`` across all nodes: at most ``rate`` starts per period
+    (``"1/h"``, ``"10/m"``...) and ``concurrency`` runs at once; no argument: no limits.
+
+    The limits are an entry of the run topic's ``key_limits``
+    (:func:`django_tasks_coord.flow.set_key_limits`; the jobs topic, or the group's topic of
+    a leader-only job), that topic keyed by ``"identifier"`` (a run's identifier is its
+    job's id). They hold for runs submitted afterwards, and take effect at the next claim
+    on every node. Runs held back wait as pending runs do (the job's ``waiting_time`` and
+    overlap rules apply to them). A job made leader-only (or moved to another group)
+    afterwards needs its limits set again. Raises :class:`UnknownJobError` for an unknown
+    job and ``InvalidArgumentError`` for a bad limit.
+    """
+    flow.validated(rate=rate, concurrency=concurrency)
+    job = _job_rows(job_id).get()
+    topic = run_topic(job)
+    flow.ensure_key(topic, "identifier", internal=True)
+    flow.set_key_limits(topic, job_id, rate=rate, concurrency=concurrency, internal=True)
 
 
 def pause_all() -> None:

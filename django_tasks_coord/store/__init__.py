@@ -14,14 +14,17 @@ write: :mod:`~.fencing` (the one predicate of a claim still held), :mod:`~.inser
 (cancels and cancel requests),
 :mod:`~.finish` (the queue's completions, an executor's reports), :mod:`~.handout`
 (the executor API's claim and its start timeout), :mod:`~.progress` (running
-tasks' progress), :mod:`~.revive` (reset, recreate,
-junction) and :mod:`~.prune` (purge, retention batches, old results).
+tasks' progress), :mod:`~.checkpoints` (what running tasks recorded as done, the
+checkpoint table's one writer), :mod:`~.revive` (reset, recreate,
+junction) and :mod:`~.prune` (purge, retention batches, old results). :mod:`~.workflows` writes the
+rows of the workflow tables (it is imported by name, not re-exported here).
 """
 
 from __future__ import annotations
 
 from django_tasks_coord.store import (
     cancels,
+    checkpoints,
     claims,
     finish,
     handout,
@@ -39,6 +42,7 @@ from django_tasks_coord.store.terms import stamp_term
 __all__ = [
     "Change",
     "cancels",
+    "checkpoints",
     "claims",
     "finish",
     "handout",

@@ -2,11 +2,12 @@
 
 :func:`hand_out` is the executor API's claim (``executions.poll``): ready tasks of one
 definition become REQUESTED, each under a fresh ``exec_id``, within the definition's
-concurrency limit; with ``start``, they are started at once (IN PROGRESS), as the batch
-claim wants. :func:`report_many` writes the outcomes of many executions in one statement
-(the batch completion). :func:`take_back` returns requested tasks whose start deadline
-passed to the ready state (the requested-to-start timeout). :func:`freed_a_slot` wakes
-the long-polls waiting for room under a concurrency limit.
+concurrency limit and its topic's flow limits (the claim of limited topics,
+:func:`django_tasks_coord.store.flow.hand_out`); with ``start``, they are started at once
+(IN PROGRESS), as the batch claim wants. :func:`report_many` writes the outcomes of many
+executions in one statement (the batch completion). :func:`take_back` returns requested
+tasks whose start deadline passed to the ready state (the requested-to-start timeout).
+:func:`freed_a_slot` wakes the long-polls waiting for room under a concurrency limit.
 """
 
 from __future__ import annotations
@@ -14,26 +15,24 @@ from __future__ import annotations
 import functools
 import uuid
 import weakref
-from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import models
-from django.db.models import Case, Count, Exists, F, Q, QuerySet, UUIDField, Value, When
+from django.db.models import Case, Exists, F, Q, UUIDField, Value, When
 
-from django_tasks_coord import db, definitions
+from django_tasks_coord import db, definitions, flow
 from django_tasks_coord.attempts import Attempt
-from django_tasks_coord.enums import IN_FLIGHT, TaskState
+from django_tasks_coord.enums import TaskState
+from django_tasks_coord.flow import LIMITED
 from django_tasks_coord.models import Task, Topic
+from django_tasks_coord.store import flow as flow_claims
 
 if TYPE_CHECKING:
     from django_tasks_coord.definitions import Definition
 
 __all__ = ["expired", "freed_a_slot", "hand_out", "report_many", "take_back"]
-
-#: Rounds of candidates a poll looks through for tasks whose concurrency key has room.
-_MAX_ROUNDS = 20
 
 
 def hand_out(
@@ -41,49 +40,60 @@ def hand_out(
 ) -> list[Task]:
     """Claim up to ``limit`` ready tasks of one definition in one short transaction.
 
-    Without a concurrency limit this is the queue's claim: ``SELECT ... FOR UPDATE SKIP
-    LOCKED``, so concurrent pollers never take the same task (a paused topic is ruled out
-    in the same statement). With a limit, the definition's topic row is locked first
-    (``FOR UPDATE``): polls of a limited definition take turns, so each one counts the
-    tasks in flight after the previous one committed, and the limit cannot be overrun by
-    a race. (SQLite serializes every write transaction anyway.)
+    A definition whose topic has flow limits (:func:`django_tasks_coord.flow.set_limits`:
+    a ``rate``, a ``concurrency``, their totals), or which has a ``concurrency_limit`` of
+    its own, is handed out by :func:`django_tasks_coord.store.flow.hand_out`, the claim of limited
+    topics: the topic's row is locked first (``FOR UPDATE``), so hand-outs of a limited
+    definition take turns, each one counts the tasks in flight and the starts of the rate
+    window after the previous one committed, and no race can overrun a limit; both kinds of
+    limits hold together. (SQLite serializes every write transaction anyway.)
+
+    Otherwise this is the queue's claim: ``SELECT ... FOR UPDATE SKIP LOCKED``, so
+    concurrent pollers never take the same task; a paused topic, or one that has limits by
+    now (the cached limits said none), is ruled out in the same statement. On PostgreSQL it
+    is one statement (:func:`_hand_out_at_once`).
 
     The tasks become REQUESTED, or with ``start`` IN PROGRESS (an attempt begun, as by
-    ``executions.start``), each under a fresh ``exec_id``. On PostgreSQL, a definition
-    without a limit is handed out in one statement (:func:`_hand_out_at_once`).
+    ``executions.start``), each under a fresh ``exec_id``.
     """
     using, conn = db.alias(), db.connection()
-    if definition.concurrency_limit is None and db.hands_out_in_one_statement(conn):
+    ready = (
+        Task.objects.using(using)
+        .filter(topic_id=definition.name, state=TaskState.PENDING)
+        .filter(Q(execute_at__isnull=True) | Q(execute_at__lte=now))
+        .order_by("-priority", "sequence")
+    )
+
+    def mark(chosen: list[Task]) -> list[Task]:
+        if chosen:
+            changes = (_started if start else _requested)(chosen, definition, now)
+            Task.objects.using(using).rows(chosen).update(**changes)
+        return chosen
+
+    if definition.concurrency_limit is not None or flow.limits_of(definition.name).limited:
+        return flow_claims.hand_out(
+            definition.name,
+            limit,
+            definition.concurrency_limit,
+            definition.concurrency_key_path is not None,
+            ready.select_for_update(**db.lock_kwargs(conn)),
+            mark,
+            using,
+        )
+    if db.hands_out_in_one_statement(conn):
         return _hand_out_at_once(definition, limit, now, start)
     with db.write_transaction():
-        room: Counter[str] | None = None
-        topic = Topic.objects.using(using).filter(name=definition.name)
-        ready = (
-            Task.objects.using(using)
-            .filter(topic_id=definition.name, state=TaskState.PENDING)
-            .filter(Q(execute_at__isnull=True) | Q(execute_at__lte=now))
-            .order_by("-priority", "sequence")
-        )
-        if definition.concurrency_limit is not None:
-            locked = topic.select_for_update(**db.lock_kwargs(conn, skip_locked=False))
-            if list(locked.values_list("paused", flat=True)) != [False]:
-                return []  # paused in the admin, or no task was ever created
-            room = _room(definition)
-            if room.total() <= 0 and definition.concurrency_key_path is None:
-                return []
-        else:  # paused (queue.pause_topic, the admin): executors get nothing
-            ready = ready.filter(~Exists(topic.filter(paused=True)))
-        chosen = _choose(ready.select_for_update(**db.lock_kwargs(conn)), limit, room, definition)
-        if not chosen:
-            return []
-        changes = (_started if start else _requested)(chosen, definition, now)
-        Task.objects.using(using).rows(chosen).update(**changes)
-    return chosen
+        # Paused (queue.pause_topic, the admin): executors get nothing; limited since the
+        # cache was read: nothing until it knows (never more than the limits allow).
+        closed = Topic.objects.using(using).filter(Q(paused=True) | LIMITED, name=definition.name)
+        ready = ready.filter(~Exists(closed))
+        return mark(list(ready.select_for_update(**db.lock_kwargs(conn))[:limit]))
 
 
 #: The claim of :func:`_hand_out_at_once` (PostgreSQL): due tasks of a topic that is not
-#: paused, locked skipping rows others hold, in the order of priority and age, each given a
-#: new exec_id by the database; ``{started}`` is empty, or begins an attempt. The choice is a
+#: paused and has no flow limits (the guard of a stale cache, as in store.claims), locked
+#: skipping rows others hold, in the order of priority and age, each given a new exec_id by
+#: the database; ``{started}`` is empty, or begins an attempt. The choice is a
 #: materialized CTE: as a subquery joined to the UPDATE, the planner may run it again per
 #: row, and each run skips the rows the previous ones locked.
 _AT_ONCE = """
@@ -91,7 +101,9 @@ WITH c AS MATERIALIZED (
     SELECT {sequence}, gen_random_uuid() AS new_id FROM {task}
     WHERE {topic} = %(topic)s AND {state} = %(pending)s
         AND ({execute_at} IS NULL OR {execute_at} <= %(now)s)
-        AND NOT EXISTS (SELECT 1 FROM {topics} WHERE {name} = %(topic)s AND {paused})
+        AND NOT EXISTS (
+            SELECT 1 FROM {topics} WHERE {name} = %(topic)s AND {topic_pk} IN ({closed})
+        )
     ORDER BY {priority} DESC, {sequence}
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -140,7 +152,8 @@ def _at_once_sql(start: bool, quote: Callable[[str], str]) -> str:
         task=quote(Task._meta.db_table),
         topics=quote(Topic._meta.db_table),
         name=quote(_column(Topic, "name")),
-        paused=quote(_column(Topic, "paused")),
+        topic_pk=quote(_column(Topic, "name")),
+        closed=_closed_sql()[0],
     )
     columns = (_column(Task, field.name) for field in Task._meta.concrete_fields)
     returning = ", ".join(f"t.{quote(column)}" for column in columns)
@@ -148,8 +161,24 @@ def _at_once_sql(start: bool, quote: Callable[[str], str]) -> str:
     return _AT_ONCE.format(started=started, returning=returning, **names)
 
 
+@functools.cache
+def _closed_sql() -> tuple[str, dict[str, Any]]:
+    """The topics a hand-out at once must leave alone, paused or under flow limits (the
+    same ``flow.LIMITED`` guard as store.claims), as SQL with named parameters and those
+    parameters: the statement of :data:`_AT_ONCE` takes named ones."""
+    closed = Topic.objects.using(db.alias()).filter(Q(paused=True) | LIMITED)
+    sql, params = closed.order_by().values("pk").query.sql_with_params()
+    names = {f"closed_{n}": value for n, value in enumerate(params)}
+    parts = sql.split("%s")
+    assert len(parts) == len(names) + 1
+    named = parts[0] + "".join(
+        f"%({name})s{part}" for name, part in zip(names, parts[1:], strict=True)
+    )
+    return named, names
+
+
 def _hand_out_at_once(definition: Definition, limit: int, now: datetime, start: bool) -> list[Task]:
-    """:func:`hand_out` in one statement (PostgreSQL, a definition without a limit)."""
+    """:func:`hand_out` in one statement (PostgreSQL, a definition without limits)."""
     conn = db.connection()
     timeout = definition.in_progress_timeout if start else definition.requested_to_start_timeout
     params = {
@@ -160,6 +189,7 @@ def _hand_out_at_once(definition: Definition, limit: int, now: datetime, start: 
         "now": now,
         "started": now.isoformat(),
         "limit": limit,
+        **_closed_sql()[1],
     }
     with conn.cursor() as cursor:
         cursor.execute(_at_once_sql(start, conn.ops.quote_name), params)
@@ -264,52 +294,6 @@ def report_many(reports: Sequence[tuple[Task, dict[str, Any]]]) -> None:
         rows.filter(state=TaskState.ACTIVE).update(**values)
 
 
-def _room(definition: Definition) -> Counter[str]:
-    """Free places per concurrency key (the key ``""`` only, without a key path)."""
-    assert definition.concurrency_limit is not None
-    in_flight = (
-        Task.objects.using(db.alias())
-        .filter(topic_id=definition.name, state__in=IN_FLIGHT)
-        .values("concurrency_key")
-        .annotate(n=Count("pk"))
-        .values_list("concurrency_key", "n")
-    )
-    taken = dict(in_flight)
-    if definition.concurrency_key_path is None:
-        return Counter({"": definition.concurrency_limit - sum(taken.values())})
-    return Counter({key: definition.concurrency_limit - n for key, n in taken.items()})
-
-
-def _choose(
-    ready: QuerySet[Task], limit: int, room: Counter[str] | None, definition: Definition
-) -> list[Task]:
-    """Take up to ``limit`` tasks of ``ready`` that fit the free places of their keys."""
-    if room is None:
-        return list(ready[:limit])
-    if definition.concurrency_key_path is None:
-        return list(ready[: min(limit, room[""])])
-    assert definition.concurrency_limit is not None
-    limit_per_key = definition.concurrency_limit
-    chosen: list[Task] = []
-    seen: list[int] = []
-    full = {key for key, free in room.items() if free <= 0}
-    for _ in range(_MAX_ROUNDS):
-        wanted = limit - len(chosen)
-        batch = list(ready.exclude(concurrency_key__in=full).exclude(pk__in=seen)[:wanted])
-        for task in batch:
-            seen.append(task.pk)
-            key = task.concurrency_key
-            free = room.get(key, limit_per_key)
-            if free > 0 and len(chosen) < limit:
-                chosen.append(task)
-                room[key] = free - 1
-            if room.get(key, limit_per_key) <= 0:
-                full.add(key)
-        if len(chosen) >= limit or len(batch) < wanted:
-            break
-    return chosen
-
-
 def expired(state: TaskState, names: list[str], now: datetime, batch_size: int) -> list[Task]:
     """Lock up to ``batch_size`` tasks of ``names`` in ``state`` past their deadline, oldest
     deadline first, skipping rows locked elsewhere. Call it inside a write transaction."""
@@ -342,7 +326,9 @@ def take_back(names: list[str], now: datetime, batch_size: int, reason: str) -> 
 
 def freed_a_slot(task: Task, definition: Definition | None = None) -> None:
     """Wake long-polls waiting for a concurrency slot of ``task``'s definition (PostgreSQL):
-    call it once a write took ``task`` out of flight."""
+    call it once a write took ``task`` out of flight. A slot of the definition's
+    ``concurrency_limit`` or of its topic's ``concurrency`` or ``total_concurrency`` (flow
+    limits)."""
     definition = definition or definitions.get(task.topic_id)
-    if definition.concurrency_limit is not None:
+    if definition.concurrency_limit is not None or flow.limits_of(task.topic_id).concurrencies():
         db.notify(db.connection(), task.topic_id)

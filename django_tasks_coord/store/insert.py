@@ -8,9 +8,10 @@ executors and recreated copies (:func:`insert`). The statements are built by
 send), which nothing outside this package calls; this module decides how they travel:
 
 - **In autocommit** (no transaction open), an insert is one statement, a transaction by
-  itself, followed by the wake-up of the nodes (on PostgreSQL a statement of its own, so
-  that it never holds up concurrent producers' commits; see
-  :mod:`django_tasks_coord.db.notifications`).
+  itself, followed by the wake-up of the nodes. On PostgreSQL the wake-up is a
+  transaction of its own, so that it never holds up concurrent producers' commits, but
+  it travels with the insert: one query string, one round trip
+  (:func:`~django_tasks_coord.db.with_wake`; see :mod:`django_tasks_coord.db.notifications`).
 - **Inside a transaction** (the caller's, or one of an insertion mode), the statement
   joins it and the wake-up waits for its commit: one per topic and transaction, none
   after a rollback (:func:`~django_tasks_coord.db.announce`). On PostgreSQL the
@@ -34,6 +35,7 @@ from django_tasks_coord import db, flow, topics, tracing
 from django_tasks_coord.enums import IN_FLIGHT, Insertion, TaskState
 from django_tasks_coord.models import Task, Topic
 from django_tasks_coord.models.inserts import InsertStatement, from_arrays
+from django_tasks_coord.store import checkpoints
 
 __all__ = ["append", "insert", "push"]
 
@@ -92,7 +94,8 @@ def append(
     ``django.tasks`` backend). A row's stored payload is ``{**defaults, **payload}`` (a
     None payload stays None). On PostgreSQL one ``INSERT ... SELECT ... FROM UNNEST``:
     the columns and ``defaults`` that all rows share are sent once, the identifiers,
-    payloads (and traceparents, when traced) as arrays
+    payloads (and traceparents, when traced; the rows' limit keys,
+    :mod:`django_tasks_coord.flow`, where they differ) as arrays
     (:func:`~django_tasks_coord.models.inserts.from_arrays`); elsewhere :func:`push`.
     Announced like it; ``IntegrityError`` if ``topic`` does not exist.
     """
@@ -103,7 +106,7 @@ def append(
             Task(
                 topic_id=topic,
                 identifier=identifier,
-                payload=payload if payload is None or not defaults else {**defaults, **payload},
+                payload=_merged(defaults, payload),
                 priority=priority,
                 execute_at=execute_at,
                 handler=handler,
@@ -111,19 +114,23 @@ def append(
             for identifier, payload in rows
         ]
         return [task.created_at for task in push(topic, tasks, (), Insertion.APPEND, using=using)]
+    keys = _keys(topic, rows, defaults, using)
+    keyed = len(set(keys)) > 1  # else the key is shared: sent once
+    key = "" if keyed or not keys else keys[0]
     with tracing.producing_rows(topic, len(rows)) as spans:
         traced = any(spans.traceparents)
-        key = (topic, priority, execute_at, handler, json.dumps(defaults) if defaults else None)
-        sql, shared = _append_sql(using, type(conn).__module__, traced, *key)
+        dumped = json.dumps(defaults) if defaults else None
+        shared_by = (topic, priority, execute_at, handler, dumped)
+        sql, shared = _append_sql(using, type(conn).__module__, traced, *shared_by, key, keyed)
         params = [
             *shared,
             [identifier for identifier, _ in rows],
             [None if payload is None else json.dumps(payload) for _, payload in rows],
+            *([keys] if keyed else []),
             *([spans.traceparents] if traced else []),
         ]
-        found = _rows(conn, sql, params, [topic], key=0)
+        found = _rows_announced(conn, sql, params, [topic], key=0)
         spans.sequences = [row[0] for row in found]
-    db.announce(conn, [topic])
     return [row[1] for row in found]
 
 
@@ -137,11 +144,14 @@ def _append_sql(
     execute_at: datetime | None,
     handler: str,
     defaults: str | None,
+    concurrency_key: str = "",
+    keyed: bool = False,
 ) -> tuple[str, tuple[Any, ...]]:
     """:func:`append`'s statement and shared parameters for these shared values (``defaults``
     as JSON) on the database ``using`` (``wrapper``: its backend's module), with the
-    traceparents as a column or without: kept, so that the enqueues of one task to one
-    queue prepare them once."""
+    traceparents as a column or without, and the limit keys (``keyed``) as a column or
+    ``concurrency_key`` shared: kept, so that the enqueues of one task to one queue
+    prepare them once."""
     template = Task(
         topic_id=topic,
         identifier="",
@@ -149,8 +159,14 @@ def _append_sql(
         priority=priority,
         execute_at=execute_at,
         handler=handler,
+        concurrency_key=concurrency_key,
     )
-    varying = ("identifier", "payload", "traceparent") if traced else ("identifier", "payload")
+    varying = (
+        "identifier",
+        "payload",
+        *(("concurrency_key",) if keyed else ()),
+        *(("traceparent",) if traced else ()),
+    )
     merged = ("payload",) if defaults is not None else ()
     returning = ("sequence", "created_at")
     sql, shared = from_arrays(Task, template, varying, returning, using, merged=merged)
@@ -172,11 +188,40 @@ def _write(tasks: list[Task], using: str, topics: set[str]) -> list[Task]:
                 for statement in statements:
                     _run(conn, statement)
                 db.announce(conn, topics)
-        else:  # in the caller's transaction, or one statement that is a transaction by itself
+        elif conn.get_autocommit():  # one statement, a transaction by itself
+            (statement,) = statements
+            _run(conn, statement, announce=sorted(topics))
+        else:  # in the caller's transaction
             for statement in statements:
                 _run(conn, statement)
             db.announce(conn, topics)
     return tasks
+
+
+def _spec(topic: str, using: str) -> str:
+    """The limit key of ``topic``: the one read with the topic when the push checked that
+    it exists (:data:`~django_tasks_coord.topics.known_topics`), else the cached limits'."""
+    known = topics.known_topics.limits(topic)
+    return flow.limits_of(topic, using).key if known is None else str(known[2])
+
+
+def _keys(
+    topic: str, rows: Sequence[tuple[str, Any]], defaults: dict[str, Any] | None, using: str
+) -> list[str]:
+    """The limit key of each row of :func:`append` (all ``""`` when the topic has no limit
+    key), as :func:`_key` gives ``Task`` objects theirs. A ``@task`` function's limits key
+    its queue by ``payload.task``, which the shared part of the payloads holds."""
+    spec = _spec(topic, using)
+    if not spec:
+        return [""] * len(rows)
+    return [
+        flow.key_of(spec, identifier, _merged(defaults, payload)) for identifier, payload in rows
+    ]
+
+
+def _merged(defaults: dict[str, Any] | None, payload: Any) -> Any:
+    """The payload :func:`append` stores for a row: ``{**defaults, **payload}`` (None stays)."""
+    return payload if payload is None or not defaults else {**defaults, **payload}
 
 
 def _key(tasks: list[Task], using: str) -> None:
@@ -190,18 +235,48 @@ def _key(tasks: list[Task], using: str) -> None:
             continue
         spec = specs.get(task.topic_id)
         if spec is None:  # read with the topic's existence where the push checked it
-            known = topics.known_topics.limits(task.topic_id)
-            spec = flow.limits_of(task.topic_id, using).key if known is None else known[2]
-            specs[task.topic_id] = spec
+            spec = specs[task.topic_id] = _spec(task.topic_id, using)
         if spec:
             task.concurrency_key = flow.key_of(spec, task.identifier, task.payload)
 
 
-def _run(conn: BaseDatabaseWrapper, statement: InsertStatement) -> None:
-    """Run ``statement`` (:func:`_rows`) and set what it returned on its tasks."""
+def _run(
+    conn: BaseDatabaseWrapper, statement: InsertStatement, *, announce: list[str] | None = None
+) -> None:
+    """Run ``statement`` (:func:`_rows`) and set what it returned on its tasks; with
+    ``announce``, announce those topics too (:func:`_rows_announced`)."""
     topics = sorted({task.topic_id for task in statement.tasks})
     key = Task._meta.db_returning_fields.index(Task._meta.pk)
-    statement.read(_rows(conn, statement.sql, statement.params, topics, key=key))
+    if announce is None:
+        statement.read(_rows(conn, statement.sql, statement.params, topics, key=key))
+    else:
+        statement.read(
+            _rows_announced(conn, statement.sql, statement.params, topics, key=key, to=announce)
+        )
+
+
+def _rows_announced(
+    conn: BaseDatabaseWrapper,
+    sql: str,
+    params: Sequence[Any],
+    topics: list[str],
+    *,
+    key: int,
+    to: list[str] | None = None,
+) -> list[tuple[Any, ...]]:
+    """:func:`_rows`, then :func:`~django_tasks_coord.db.announce` the topics ``to`` (default
+    ``topics``). In autocommit on PostgreSQL, the insert and its wake-up in one round trip
+    (:func:`~django_tasks_coord.db.with_wake`): two transactions, the insert's committed
+    first, the wake-up sent only if it succeeded."""
+    to = topics if to is None else to
+    if not to or not db.wakes_with_statement(conn):
+        rows = _rows(conn, sql, params, topics, key=key)
+        db.announce(conn, to)
+        return rows
+    combined, combined_params = db.with_wake(sql, list(params), to)
+    with conn.cursor() as cursor:
+        cursor.execute(combined, combined_params)
+        return list(cursor.fetchall())
 
 
 def _rows(
@@ -236,7 +311,7 @@ def _rows(
 
 def _apply_insertion(topic: str, identifiers: list[str], insertion: Insertion, using: str) -> None:
     """REPLACE: unfinished tasks (in flight too) become REDUNDANT; SUPERSEDE: pending ones
-    do; DELETE: every earlier task that is not in flight is deleted."""
+    do; DELETE: every earlier task that is not in flight is deleted, with its checkpoints."""
     for start in range(0, len(identifiers), _CHUNK):
         chunk = identifiers[start : start + _CHUNK]
         existing = Task.objects.using(using).filter(topic_id=topic)
@@ -249,4 +324,6 @@ def _apply_insertion(topic: str, identifiers: list[str], insertion: Insertion, u
                 state=TaskState.REDUNDANT, finished_at=timezone.now()
             )
         else:
-            existing.filter(identifier__in=chunk).exclude(state__in=IN_FLIGHT).delete()
+            doomed = existing.filter(identifier__in=chunk).exclude(state__in=IN_FLIGHT)
+            checkpoints.delete_of_tasks(doomed)  # named while the tasks are still there
+            doomed.delete()

@@ -11,6 +11,8 @@ those still victims. On PostgreSQL and MySQL/MariaDB the batch's rows are picked
 transaction holds; what is skipped goes in a later pass. SQLite has no row locks: the
 rows are picked first and deleted in a write transaction that checks the victims'
 filter again.
+
+A task's checkpoints (:mod:`~.checkpoints`) go with it, in the same transaction.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from django.db.models import QuerySet
 from django_tasks_coord import db
 from django_tasks_coord.enums import IN_FLIGHT
 from django_tasks_coord.models import Task
+from django_tasks_coord.store import checkpoints
 
 __all__ = ["Budget", "Sweeps", "delete_by_state", "delete_finished", "purge", "rows_threshold"]
 
@@ -37,7 +40,9 @@ def purge(topic: str, below: int) -> int:
         .filter(sequence__lt=below)
         .exclude(state__in=IN_FLIGHT)
     )
-    deleted, _ = doomed.delete()
+    with db.write_transaction():
+        deleted, _ = doomed.delete()
+        checkpoints.delete_orphans(below=below)
     return deleted
 
 
@@ -184,11 +189,18 @@ def _delete_batch(victims: QuerySet[Task], candidates: list[int]) -> int:
                 **db.lock_kwargs(conn)
             )
             pks = list(locked)
+            if not pks:
+                return 0
             # The topic stays in the WHERE: one partition of a partitioned table.
-            return victims.filter(sequence__in=pks).delete()[0] if pks else 0
+            deleted = victims.filter(sequence__in=pks).delete()[0]
+            checkpoints.delete_of(pks)
+            return deleted
     # SQLite: no row locks, one writer at a time; the delete checks the policy itself.
     with db.write_transaction():
-        return chosen.delete()[0]
+        pks = list(chosen.values_list("sequence", flat=True))
+        deleted = chosen.delete()[0]
+        checkpoints.delete_of(pks)
+        return deleted
 
 
 def rows_threshold(topic: str, states: Sequence[int], keep: int) -> int | None:

@@ -192,3 +192,10 @@ def test_deleting_a_job_unschedules_it(admin_client, job):
     delete = reverse("admin:django_tasks_coord_periodictask_delete", args=[job])
     assert admin_client.post(delete, {"post": "yes"}).status_code == 302
     assert not PeriodicTask.objects.exists()
+
+
+def test_detail_shows_the_limits_of_the_jobs_runs(admin_client, job):
+    assert "limits of its runs" in admin_client.get(change_url(job)).content.decode().lower()
+    scheduling.set_limits(job, rate="1/h", concurrency=1)
+    html = admin_client.get(change_url(job)).content.decode()
+    assert "rate 1/h, concurrency 1" in html and JOBS_TOPIC in html

@@ -9,7 +9,7 @@ from django.contrib.admin.models import LogEntry
 from django.urls import reverse
 from django.utils import timezone
 
-from django_tasks_coord import queue
+from django_tasks_coord import definitions, queue
 from django_tasks_coord.enums import TaskState
 from django_tasks_coord.models import Task, Topic
 from tests.factories import OwnerFactory, TaskFactory, TopicFactory
@@ -191,3 +191,64 @@ def test_negative_limits_are_refused_by_the_form(admin_client, busy):
     response = admin_client.post(change_url(busy), {"keep_failed_rows": "-1"})
     assert response.status_code == 200  # the form again, with the error
     assert response.context["adminform"].form.errors["keep_failed_rows"]
+
+
+def test_total_limits_and_limits_of_key_values_are_edited_and_shown(admin_client, busy):
+    from django_tasks_coord import flow
+
+    data = {
+        "concurrency_limit": "2",
+        "limit_key": "identifier",
+        "total_concurrency_limit": "5",
+        "total_rate_limit": "100/m",
+        "key_limits": '{"vip": {"concurrency": 4}}',
+    }
+    response = admin_client.post(change_url(busy), data)
+    assert response.status_code == 302, response.content.decode()
+    busy.refresh_from_db()
+    assert (busy.total_concurrency_limit, busy.total_rate_limit) == (5, "100/m")
+    assert busy.key_limits == {"vip": {"concurrency": 4}}
+    html = admin_client.get(change_url(busy)).content.decode()
+    assert "<td>all keys</td><td>1</td><td>0</td><td>rate 100/m, concurrency 5</td>" in html
+    listing = admin_client.get(CHANGELIST).content.decode()
+    assert "1 key value with their own" in listing
+    bad = admin_client.post(change_url(busy), {**data, "key_limits": '{"vip": {"rate": "x"}}'})
+    assert bad.status_code == 200 and "N/unit" in bad.content.decode()
+    flow._cache.clear()
+
+
+def test_the_jobs_topics_limits_can_be_edited(admin_client):
+    from django_tasks_coord import topics
+    from django_tasks_coord.scheduling import JOBS_TOPIC
+
+    jobs = topics.register_internal_topic(JOBS_TOPIC)
+    data = {"limit_key": "identifier", "key_limits": '{"nightly": {"rate": "1/h"}}'}
+    response = admin_client.post(change_url(jobs), data)
+    assert response.status_code == 302, response.content.decode()
+    assert Topic.objects.get(name=JOBS_TOPIC).key_limits == {"nightly": {"rate": "1/h"}}
+
+
+def test_a_definitions_topic_takes_limits_but_no_limit_key_in_the_form(admin_client):
+    definitions.define("admin/defined")
+    try:
+        topic = TopicFactory(name="admin/defined")
+        keyed = {"concurrency_limit": "1", "limit_key": "identifier"}
+        response = admin_client.post(change_url(topic), keyed)
+        assert response.status_code == 200  # the form again, with the error
+        assert "executor definition" in str(response.context["adminform"].form.errors)
+        response = admin_client.post(change_url(topic), {"rate_limit": "5/s"})
+        assert response.status_code == 302
+        topic.refresh_from_db()
+        assert (topic.rate_limit, topic.limit_key) == ("5/s", "")
+        per_value = {"limit_key": "", "key_limits": '{"vip": {"concurrency": 4}}'}
+        response = admin_client.post(change_url(topic), per_value)
+        assert response.status_code == 200
+        assert "executor definition" in str(response.context["adminform"].form.errors)
+        totals = {"total_rate_limit": "100/m", "total_concurrency_limit": "3"}
+        response = admin_client.post(change_url(topic), totals)
+        assert response.status_code == 302, response.content.decode()
+        topic.refresh_from_db()
+        assert (topic.total_rate_limit, topic.total_concurrency_limit) == ("100/m", 3)
+        assert topic.key_limits is None
+    finally:
+        definitions.forget("admin/defined")

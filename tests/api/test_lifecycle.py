@@ -56,7 +56,7 @@ def test_a_task_from_creation_to_success(submitter, executor, clock):
     assert row.topic_id == "billing/send-invoice"
     assert row.attempt_log[0]["outcome"] == "succeeded"
 
-    assert submitter.ok("GET", f"{task['id']}") == done
+    assert submitter.ok("GET", f"{task['id']}") == {**done, "checkpoints": {}}  # the read has them
 
 
 def test_a_task_with_execute_at_waits_until_it_is_due(submitter, executor, clock):
@@ -282,3 +282,29 @@ def test_a_paused_definition_hands_out_nothing(submitter, executor, definition):
         executor.ok("POST", "poll", {"definitions": [definition]})["tasks"][0]["id"]
         == created["id"]
     )
+
+
+def test_an_executor_stores_checkpoints_with_notify_and_its_retry_reads_them(
+    submitter, executor, clock
+):
+    submitter.ok(
+        "POST", "", {"definition": "billing/send-invoice", "params": {"invoiceId": 1}}, expect=201
+    )
+    task = run_one(executor, "billing/send-invoice")
+    path, execution = f"{task['id']}/notify", {"exec_id": task["exec_id"]}
+    beat = executor.ok("POST", path, {**execution, "checkpoints": {"page-1": {"rows": 10}}})
+    assert beat["checkpoints"] == {"page-1": {"rows": 10}}
+    beat = executor.ok("POST", path, {**execution, "checkpoints": {"page-2": [1, 2]}})
+    assert beat["checkpoints"] == {"page-1": {"rows": 10}, "page-2": [1, 2]}
+    for bad in ({"tasks_coord.x": 1}, {"x" * 201: 1}, [1]):
+        refused = executor.post(path, {**execution, "checkpoints": bad})
+        assert refused.status_code == 400, refused.content
+    executor.ok("POST", f"{task['id']}/fail", {**execution, "error": {"code": "smtp"}})
+    stale = executor.post(path, {**execution, "checkpoints": {"late": True}})
+    assert stale.status_code == 409  # the claim ended: nothing written under it
+    clock.advance(10)
+    again = run_one(executor, "billing/send-invoice")  # the retry: a new exec_id
+    read = executor.ok("GET", str(task["id"]))
+    assert read["checkpoints"] == {"page-1": {"rows": 10}, "page-2": [1, 2]}
+    beat = executor.ok("POST", f"{again['id']}/notify", {"exec_id": again["exec_id"]})
+    assert beat["checkpoints"] == read["checkpoints"]

@@ -127,3 +127,29 @@ def waits_for_cancel(context):
             context.raise_if_canceled()
         time.sleep(0.01)
     return "never canceled"
+
+
+@task(takes_context=True, retry=FAST)
+def durable_steps(context, label, fail_after):
+    """Three durable steps (``context.step``), each recording a Run (identifier
+    ``<label>:<step>``); the first attempt fails after step ``fail_after``."""
+
+    def side_effect(name):
+        _record(context, f"{label}:{name}")
+        return name.upper()
+
+    done = []
+    for name in ("a", "b", "c"):
+        done.append(context.step(name, side_effect, name))
+        if name == fail_after and context.attempt == 1:
+            raise RuntimeError(f"attempt 1 fails after step {name}")
+    return {"done": done, "checkpoints": context.checkpoints()}
+
+
+@task(takes_context=True)
+async def async_checkpoint(context, value):
+    """A coroutine stores a checkpoint through ``sync_to_async`` and reads it back."""
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(context.checkpoint)("value", value)
+    return await sync_to_async(context.checkpoints)()

@@ -1,8 +1,6 @@
 """Flow control in one process: limits read under the topic's lock, counted per key, the
 rate window on the database clock (moved by back-dating the start log, never by sleeping)."""
 
-from datetime import timedelta
-
 import pytest
 from django.core import checks
 from django.test import override_settings
@@ -13,28 +11,9 @@ from django_tasks_coord.exceptions import InvalidArgumentError
 from django_tasks_coord.flow import Rate
 from django_tasks_coord.models import FlowStart, Task, Topic
 from django_tasks_coord.store import flow as flow_claims
+from tests.flow.conftest import age_starts, finish
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _fresh_limits():
-    flow._cache.clear()
-    yield
-    flow._cache.clear()
-    flow_claims._held_back.clear()
-
-
-def age_starts(topic, seconds):
-    """Let ``seconds`` pass for the rate window: the logged starts move back in time."""
-    for start in FlowStart.objects.filter(topic=topic.name):
-        start.at -= timedelta(seconds=seconds)
-        start.save(update_fields=["at"])
-
-
-def finish(tasks):
-    for task in tasks:
-        queue.complete(task, queue.Result.SUCCESS)
 
 
 @pytest.mark.parametrize(

@@ -6,13 +6,15 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.test import Client, override_settings
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from django_tasks_coord import coordination, owners, queue, scheduling, topics
+from django_tasks_coord import coordination, db, owners, queue, scheduling, topics, workflows
 from django_tasks_coord.enums import Result, TaskState
 from django_tasks_coord.metrics import state
-from django_tasks_coord.models import Owner, PeriodicTask, Task
+from django_tasks_coord.models import Owner, PeriodicTask, Task, Workflow, WorkflowState
 from django_tasks_coord.scheduling import JOBS_TOPIC, scheduler
 from tests.metrics.conftest import documented, samples
 
@@ -31,6 +33,7 @@ VIEW_METRICS = {
     "tasks_coord_job_last_success_timestamp_seconds",
     "tasks_coord_job_next_slot_timestamp_seconds",
     "tasks_coord_job_missed_slots_total",
+    "tasks_coord_workflows",
 }
 
 
@@ -188,3 +191,30 @@ def test_missed_slots_add_up_per_job():
     queue.poll(JOBS_TOPIC, 10)  # every run in flight
     assert scheduler.submit_due(now=slot + timedelta(seconds=10)) == []  # skipped
     assert PeriodicTask.objects.get(pk=ignoring).missed_slots == 1
+
+
+def test_workflows_are_counted_by_state(client):
+    queue.register_topic("wf")
+    ids = [workflows.start(f"w{n}", workflows.push("wf", f"w{n}", {})) for n in range(4)]
+    workflows.cancel(ids[0])
+    Workflow.objects.filter(pk=ids[1]).update(state=WorkflowState.FAILED)
+    found = scrape(client)
+    by_state = {
+        labels[0][1]: value
+        for (name, labels), value in found.items()
+        if name == "tasks_coord_workflows"
+    }
+    assert by_state == {"running": 2, "succeeded": 0, "failed": 1, "canceled": 1}
+    assert state.workflow_counts("default", exact_below=1)["running"] >= 2  # estimated above 1
+
+
+def test_the_workflow_count_is_capped_where_the_planner_estimates(client):
+    if not db.has_row_estimates(connection):
+        pytest.skip("SQLite keeps no estimates: counts are exact")
+    queue.register_topic("wf")
+    for n in range(5):
+        workflows.start(f"w{n}", workflows.push("wf", f"w{n}", {}))
+    with CaptureQueriesContext(connection) as queries:
+        counts = state.workflow_counts("default", exact_below=2)
+    assert counts["running"] >= 3  # past the cap: the planner's guess, never less than seen
+    assert any("LIMIT 3" in query["sql"] for query in queries.captured_queries)

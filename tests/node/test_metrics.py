@@ -33,6 +33,7 @@ NODE_METRICS = {
     "tasks_coord_node_info",
     "tasks_coord_node_cancels_delivered_total",
     "tasks_coord_node_progress_writes_total",
+    "tasks_coord_node_checkpoints_written_total",
 }
 #: Suffixes prometheus_client adds to the samples of counters and histograms.
 SUFFIXES = ("_bucket", "_count", "_sum", "_created")
@@ -100,6 +101,7 @@ def test_every_documented_node_metric_after_a_known_workload(make_node, work_top
     assert value(found, "tasks_coord_node_info", node="metrics-node") == 1
     assert value(found, "tasks_coord_node_cancels_delivered_total") == 0  # nothing canceled
     assert value(found, "tasks_coord_node_progress_writes_total") == 0
+    assert value(found, "tasks_coord_node_checkpoints_written_total") == 0
 
 
 def test_a_failing_observer_never_breaks_the_node(make_node, work_topic, caplog):

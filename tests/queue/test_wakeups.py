@@ -1,7 +1,8 @@
 """Pushes wake the nodes after their commit: once per topic and transaction, never for a rollback.
 
 On PostgreSQL the wake-up is a ``NOTIFY`` of its own, sent after the commit of the
-insert, never inside the transaction that wrote the task: PostgreSQL serializes the
+insert (in autocommit in the same query string, after its ``COMMIT``), never inside the
+transaction that wrote the task: PostgreSQL serializes the
 commits of transactions that notify, and concurrent producers would commit one at a
 time. Elsewhere the nodes of this process are woken (local listeners).
 """
@@ -90,8 +91,13 @@ def test_a_push_in_autocommit_wakes_its_topic_once_its_insert_is_committed(state
     queue.push("mail", "a")
     assert woken.topics(1) == ["mail"]
     if connection.vendor == "postgresql":
-        assert len(statements.seen) == 2  # the insert, then the NOTIFY
-        assert statements.wakes() == [(statements.seen[1][0], False)]
+        # One round trip: the insert, its COMMIT, then the NOTIFY in a transaction of its own.
+        assert len(statements.seen) == 1
+        ((sql, in_transaction),) = statements.wakes()
+        assert sql.startswith("INSERT INTO") and not in_transaction
+        insert, wake = sql.split("; COMMIT; ")
+        assert "pg_notify" not in insert
+        assert wake.startswith("SELECT set_config('synchronous_commit', 'off', true)")
     else:
         assert len(statements.seen) == 1  # the insert; the wake-up is local
 
@@ -153,3 +159,29 @@ def test_the_wake_up_commits_without_waiting_for_the_disk_and_cannot_fail_on_a_f
         cursor.execute(sql, params)
         cursor.execute("SHOW synchronous_commit")  # local to the wake-up's transaction
         assert cursor.fetchone()[0] == "on"
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="NOTIFY is PostgreSQL's")
+@pytest.mark.usefixtures("topics")
+def test_an_autocommitted_push_and_its_wake_up_are_two_transactions_in_one_query(woken):
+    queue.push("mail", "a")
+    assert woken.topics(1) == ["mail"]
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")  # the wake-up's setting stayed local
+        assert cursor.fetchone()[0] == "on"
+    assert connection.get_autocommit()
+    assert Task.objects.filter(identifier="a").exists()
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="NOTIFY is PostgreSQL's")
+@pytest.mark.usefixtures("topics")
+def test_with_server_side_binding_the_wake_up_is_a_statement_of_its_own(
+    statements, woken, monkeypatch
+):
+    options = {**connection.settings_dict.get("OPTIONS", {}), "server_side_binding": True}
+    monkeypatch.setitem(connection.settings_dict, "OPTIONS", options)
+    assert not db.wakes_with_statement(connection)
+    queue.push("mail", "a")
+    assert woken.topics(1) == ["mail"]
+    assert len(statements.seen) == 2  # a prepared statement holds one statement
+    assert statements.wakes() == [(statements.seen[1][0], False)]

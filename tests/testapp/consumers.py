@@ -1,15 +1,18 @@
 """Consumers used by the node tests (imported by handlers.autodiscover like any app's consumers.py).
 
 Payload keys understood by ``work``: ``sleep`` (seconds of simulated work), ``fail_times``
-(fail the first N attempts), ``only_first_attempt_sleeps``, ``result`` (a Result name to return).
+(fail the first N attempts), ``only_first_attempt_sleeps``, ``result`` (a Result name to return),
+``fenced`` (commit a side effect, a ``Run`` of topic ``fenced``, in the transaction that
+completes the task under its claim: a run whose claim was lost commits neither).
 """
 
 import os
 import time
 
+from django.db import transaction
 from django.utils import timezone
 
-from django_tasks_coord import handlers
+from django_tasks_coord import handlers, queue
 from django_tasks_coord.enums import Result
 from django_tasks_coord.retry import RetryPolicy
 from tests.testapp.models import Run
@@ -27,9 +30,9 @@ class Flaky(Exception):
     pass
 
 
-def record(task):
+def record(task, topic=None):
     return Run.objects.create(
-        topic=task.topic_id,
+        topic=topic or task.topic_id,
         identifier=task.identifier,
         sequence=task.sequence,
         attempt=task.attempts,
@@ -49,9 +52,21 @@ def work(task):
         time.sleep(payload["sleep"])  # simulated work, not a test waiting for time to pass
     if task.attempts <= payload.get("fail_times", 0):
         raise Flaky(f"attempt {task.attempts} fails on purpose")
+    if payload.get("fenced"):
+        with transaction.atomic():  # the side effect commits with the completion, or not at all
+            record(task, "fenced")
+            queue.complete(task, Result.SUCCESS)
+        return None
     if payload.get("result"):
         return Result[payload["result"]]
     return None
+
+
+@handlers.consumer("chaos", retry=RetryPolicy(max_attempts=1000, retry_interval=0.1, jitter=0))
+def chaos(task):
+    """``work`` for the SIGKILL chaos runs (``tests/workflows/chaos.py``): every kill of a node
+    counts an attempt of each task it held, so a task may lose many; it must not run out."""
+    return work(task)
 
 
 @handlers.consumer("noop", retry=RetryPolicy(max_attempts=3))
@@ -106,3 +121,35 @@ def cancelable(task):
         )
         raise
     return Result.SUCCESS
+
+
+@handlers.consumer("durable", retry=RetryPolicy(max_attempts=3))
+def durable(task):
+    """``payload["steps"]`` durable steps (``running.step``), each recording a Run row
+    (identifier ``<identifier>:step-<n>``) as its side effect. On its first attempt it
+    holds (sleeps ``payload["hold"]`` seconds, 120 by default) once step
+    ``payload["hold_after"]`` is done, or inside step ``payload["hold_in"]`` after its side
+    effect (before its checkpoint), for a test to SIGKILL its node there."""
+    from django_tasks_coord import running
+
+    payload = task.payload or {}
+
+    def side_effect(n):
+        Run.objects.create(
+            topic=task.topic_id,
+            identifier=f"{task.identifier}:step-{n}",
+            sequence=task.sequence,
+            attempt=task.attempts,
+            node=task.owner.name if task.owner_id else "",
+            started_at=timezone.now(),
+            pid=os.getpid(),
+        )
+        if n == payload.get("hold_in") and task.attempts == 1:
+            time.sleep(float(payload.get("hold", 120)))  # killed here by the test
+        return {"n": n}
+
+    for n in range(1, int(payload.get("steps", 100)) + 1):
+        assert running.step(f"step-{n}", side_effect, n) == {"n": n}
+        if n == payload.get("hold_after") and task.attempts == 1:
+            time.sleep(float(payload.get("hold", 120)))  # killed here by the test
+    return None
