@@ -42,6 +42,11 @@ class Claims:
         self.liveness = liveness
         self.now = now
         self._lock = threading.Lock()
+        #: Held by the dispatcher from its check that its claims stand until the tasks it
+        #: claimed are on the workers' queue, and by the node registering again while it
+        #: loses its claims and takes its buffered tasks back: so no claim in flight slips
+        #: past the tasks given back (its attempt would be used without having started).
+        self.claiming = threading.Lock()
         self._owner: Owner | None = None
         self._last_beat = -math.inf
 

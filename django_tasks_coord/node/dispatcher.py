@@ -152,40 +152,50 @@ class Dispatcher:
     def claim_round(self) -> int:
         """Claim due tasks of every topic (fairly, round-robin) up to the free capacity."""
         claimed = 0
-        topics, claims, load = self.topics, self.state.claims, self.load
+        topics, claims = self.topics, self.state.claims
         if not topics:
             return 0
         start = next(self._round_robin) % len(topics)
         for topic in topics[start:] + topics[:start]:
-            free = load.room()
-            owner = claims.owner
-            if owner is None or not claims.holds(owner.pk):
-                self.wake_lifeline()  # a zombie claims nothing: the lifeline registers again
+            with claims.claiming:  # until they are queued: see Claims.claiming
+                got = self._claim_topic(topic)
+            if got is None:
                 break
-            if free <= 0 or self.state.stopping.is_set():
-                break
-            started = self.state.clock.monotonic()
-            tasks = queue.poll(
-                topic, min(free, self.config.batch_size), owner=owner, heartbeat_owner=False
-            )
-            load.claim_seconds.add(self.state.clock.monotonic() - started)
-            if tasks and topic.startswith(GROUP_TOPIC_PREFIX):
-                try:
-                    tasks = self.stamp_term(tasks)
-                except DatabaseError:
-                    # Claimed but neither stamped nor started: give them back now, or they
-                    # would stay ACTIVE under this live node, which does not hold them.
-                    load.claimed(len(tasks))  # release counts each one done
-                    self.executor.release(tasks, refund_attempt=True)
-                    raise
-            if tasks:
-                load.claimed(len(tasks))
-                claimed += len(tasks)
-                if signals.task_claimed.has_listeners(Task):  # asked once per claim
-                    for task in tasks:
-                        signals.send(signals.task_claimed, Task, task=task, node=self.state.node_id)
-                self.submit(tasks)
+            claimed += got
         return claimed
+
+    def _claim_topic(self, topic: str) -> int | None:
+        """Claim due tasks of ``topic`` up to the free capacity and queue them on the
+        workers; None when the round stops here (no room, stopping, or a zombie)."""
+        claims, load = self.state.claims, self.load
+        free = load.room()
+        owner = claims.owner
+        if owner is None or not claims.holds(owner.pk):
+            self.wake_lifeline()  # a zombie claims nothing: the lifeline registers again
+            return None
+        if free <= 0 or self.state.stopping.is_set():
+            return None
+        started = self.state.clock.monotonic()
+        tasks = queue.poll(
+            topic, min(free, self.config.batch_size), owner=owner, heartbeat_owner=False
+        )
+        load.claim_seconds.add(self.state.clock.monotonic() - started)
+        if tasks and topic.startswith(GROUP_TOPIC_PREFIX):
+            try:
+                tasks = self.stamp_term(tasks)
+            except DatabaseError:
+                # Claimed but neither stamped nor started: give them back now, or they
+                # would stay ACTIVE under this live node, which does not hold them.
+                load.claimed(len(tasks))  # release counts each one done
+                self.executor.release(tasks, refund_attempt=True)
+                raise
+        if tasks:
+            load.claimed(len(tasks))
+            if signals.task_claimed.has_listeners(Task):  # asked once per claim
+                for task in tasks:
+                    signals.send(signals.task_claimed, Task, task=task, node=self.state.node_id)
+            self.submit(tasks)
+        return len(tasks)
 
     def stamp_term(self, tasks: list[Task]) -> list[Task]:
         """Record on just claimed leader-only runs the term they were claimed under (fencing).

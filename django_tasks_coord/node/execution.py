@@ -90,14 +90,19 @@ class Executor:
             (startable if proven else unproven).append(task)
         if unproven:
             zombie = claims.expired
+            first = unproven[0]
+            if zombie:
+                why = f"no heartbeat for {claims.silence():.1f}s, this node may have been declared dead"
+            elif not claims.holds(first.owner_id):
+                why = "they were claimed before this node registered again"
+            else:
+                why = f"this node no longer leads under term {first.term}"
             logger.warning(
                 "Not starting %s task(s) of %s: %s.",
                 len(unproven),
-                unproven[0].topic_id,
-                f"no heartbeat for {claims.silence():.1f}s, this node may have been declared dead"
-                if zombie
-                else f"this node no longer leads under term {unproven[0].term}",
-                extra={"topic": unproven[0].topic_id, "node": self.state.node_id},
+                first.topic_id,
+                why,
+                extra={"topic": first.topic_id, "node": self.state.node_id},
             )
             if zombie:
                 self.wake_lifeline()  # register again

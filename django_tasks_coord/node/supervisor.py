@@ -328,8 +328,9 @@ class Node:
         pool = self.dispatcher.pool
         assert self.owner is not None
         assert pool is not None
-        self.lifeline.declared_dead()
-        buffered = [task for job in pool.take_queued() for task in job.payload]
+        with self.state.claims.claiming:  # a claim in flight is queued on the workers first
+            self.lifeline.declared_dead()
+            buffered = [task for job in pool.take_queued() for task in job.payload]
         self.executor.release(buffered, refund_attempt=True)
         owners.unregister_owner(self.owner)
         if self.leadership is not None:

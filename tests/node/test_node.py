@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -260,3 +261,77 @@ def test_a_zombie_starts_no_buffered_task_and_registers_again(make_node, work_to
     ]
     assert states() == [TaskState.SUCCEEDED] * 5
     assert not Owner.objects.exists()
+
+
+class _WatchedLock:
+    """A lock that records when a thread had to wait for it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.contended = threading.Event()
+
+    def __enter__(self) -> None:
+        if not self.lock.acquire(blocking=False):
+            self.contended.set()
+            self.lock.acquire()
+
+    def __exit__(self, *exc_info) -> None:
+        self.lock.release()
+
+
+def test_a_claim_in_flight_when_the_node_registers_again_is_given_back_refunded(
+    make_node, work_topic, monkeypatch
+):
+    """The node freezes while a claim is on its way (claimed before the freeze, returned
+    after it): the node registers again only once those tasks are on its workers' queue,
+    so it gives them back with their attempt refunded, like any other buffered task. Before,
+    the old owner's removal returned them with an attempt used and never started."""
+    clock = [1000.0]
+    node = make_node(workers=1, buffer=10, batch_size=5)
+    node.state.claims.now = lambda: clock[0]
+    node.state.claims.claiming = watched = _WatchedLock()
+    seen = []
+
+    def first_pushes_more(task):
+        seen.append((task.identifier, task.attempts, task.owner_id))
+        if task.identifier == "t0" and task.attempts == 1:
+            old = node.owner.pk
+            queue.push_many("work", [(f"t{i}", {}) for i in range(1, 5)])
+            deadline = time.monotonic() + 10
+            while node.owner.pk == old and time.monotonic() < deadline:
+                time.sleep(0.01)  # waiting for the node to act, not for time to pass
+
+    real_poll, frozen = queue.poll, []
+
+    def poll_then_freeze(topic, *args, **kwargs):
+        tasks = real_poll(topic, *args, **kwargs)
+        if not frozen and any(task.identifier == "t1" for task in tasks):
+            frozen.append(True)
+            old = node.owner.pk
+            clock[0] += 6  # frozen past the liveness interval (5 s) as the claim returns
+            node.lifeline.wake.set()
+            deadline = time.monotonic() + 10
+            while (
+                node.owner.pk == old
+                and not watched.contended.is_set()
+                and time.monotonic() < deadline
+            ):
+                time.sleep(0.01)  # until it registered again, or waits for this claim
+        return tasks
+
+    handlers.register("work", first_pushes_more)
+    monkeypatch.setattr(queue, "poll", poll_then_freeze)
+    queue.push("work", "t0", {})
+    assert run(node) == 0
+    first_owner = seen[0][2]
+    again = seen[1:]
+    assert seen[0][:2] == ("t0", 1)
+    assert all(owner != first_owner for _, _, owner in again)
+    assert sorted((name, attempt) for name, attempt, _ in again) == [
+        ("t0", 2),  # running when it froze: at least once
+        ("t1", 1),
+        ("t2", 1),
+        ("t3", 1),
+        ("t4", 1),
+    ]
+    assert states() == [TaskState.SUCCEEDED] * 5
