@@ -64,6 +64,14 @@ def claim_statement(conn: BaseDatabaseWrapper) -> str:
     return CLAIM_LOCKED
 
 
+def subqueries_lock(conn: BaseDatabaseWrapper) -> bool:
+    """Whether a subquery of a locking read (``SELECT ... FOR UPDATE``, a joined ``UPDATE``)
+    locks the rows it reads, waiting for those another transaction holds (MariaDB, MySQL;
+    ``SKIP LOCKED`` skips only the rows the outer query picks). On PostgreSQL such a
+    subquery reads a snapshot; SQLite locks the whole database anyway."""
+    return conn.vendor == _MYSQL
+
+
 def set_lock_window(conn: BaseDatabaseWrapper, limit: timedelta) -> None:
     """Let the server end the current transaction if its process freezes in it for ``limit``.
 
