@@ -23,6 +23,24 @@ def states(topic="work"):
     )
 
 
+def assert_rest_ran_once_for_a_new_owner(seen: list[tuple[str, int, int]]) -> None:
+    """t0 ran at its first attempt, then the node froze: nothing claimed by that first owner
+    started after the freeze; t0..t4 then ran once each for the new owner, t0 at its second
+    attempt (it was running: at least once), the others at their first (refunded)."""
+    first_owner = seen[0][2]
+    again = seen[1:]
+    assert seen[0][:2] == ("t0", 1)
+    assert all(owner != first_owner for _, _, owner in again)
+    assert sorted((name, attempt) for name, attempt, _ in again) == [
+        ("t0", 2),
+        ("t1", 1),
+        ("t2", 1),
+        ("t3", 1),
+        ("t4", 1),
+    ]
+    assert states() == [TaskState.SUCCEEDED] * 5
+
+
 def test_burst_leaves_retries_that_are_not_due_yet(make_node, work_topic):
     queue.push("work", "flaky", {"fail_times": 1})  # retried 0.2s later (FAST_RETRY)
     run(make_node())
@@ -246,20 +264,7 @@ def test_a_zombie_starts_no_buffered_task_and_registers_again(make_node, work_to
     nodes.append(make_node(workers=1, buffer=10, batch_size=5))
     nodes[0].state.claims.now = lambda: clock[0]  # the clock its claims are judged by
     assert run(nodes[0]) == 0
-    first_owner = seen[0][2]
-    again = seen[1:]
-    assert seen[0][:2] == ("t0", 1)
-    # Nothing claimed by the first owner started after the freeze; the rest ran once each,
-    # for the new owner, their refunded attempt the first.
-    assert all(owner != first_owner for _, _, owner in again)
-    assert sorted((name, attempt) for name, attempt, _ in again) == [
-        ("t0", 2),  # running when it froze: at least once
-        ("t1", 1),
-        ("t2", 1),
-        ("t3", 1),
-        ("t4", 1),
-    ]
-    assert states() == [TaskState.SUCCEEDED] * 5
+    assert_rest_ran_once_for_a_new_owner(seen)
     assert not Owner.objects.exists()
 
 
@@ -323,15 +328,4 @@ def test_a_claim_in_flight_when_the_node_registers_again_is_given_back_refunded(
     monkeypatch.setattr(queue, "poll", poll_then_freeze)
     queue.push("work", "t0", {})
     assert run(node) == 0
-    first_owner = seen[0][2]
-    again = seen[1:]
-    assert seen[0][:2] == ("t0", 1)
-    assert all(owner != first_owner for _, _, owner in again)
-    assert sorted((name, attempt) for name, attempt, _ in again) == [
-        ("t0", 2),  # running when it froze: at least once
-        ("t1", 1),
-        ("t2", 1),
-        ("t3", 1),
-        ("t4", 1),
-    ]
-    assert states() == [TaskState.SUCCEEDED] * 5
+    assert_rest_ran_once_for_a_new_owner(seen)
