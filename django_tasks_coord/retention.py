@@ -153,6 +153,18 @@ def _has_policy() -> Q:
     )
 
 
+def _batches(batch_size: int | None, max_batches: int | None) -> tuple[int, Budget]:
+    """The checked ``batch_size`` (default ``RETENTION_BATCH_SIZE``) and the budget of
+    ``max_batches`` of :func:`apply` and :func:`apply_workflows`."""
+    size = _check_positive(
+        "batch_size",
+        app_settings.RETENTION_BATCH_SIZE if batch_size is None else batch_size,
+        none=False,
+    )
+    assert size is not None
+    return size, Budget(_check_positive("max_batches", max_batches, none=True))
+
+
 def _check_limit(name: str, value: object) -> int | None:
     if value is None:
         return None
@@ -235,13 +247,7 @@ def apply(
     clock ``finished_at`` is written with). Call it outside a transaction, so that each
     batch commits on its own.
     """
-    batch_size = _check_positive(
-        "batch_size",
-        app_settings.RETENTION_BATCH_SIZE if batch_size is None else batch_size,
-        none=False,
-    )
-    assert batch_size is not None
-    budget = Budget(_check_positive("max_batches", max_batches, none=True))
+    batch_size, budget = _batches(batch_size, max_batches)
     selected = policies() if topic is None else [p for p in [get_policy(topic)] if p.is_set]
     now = timezone.now() if now is None else now
     counts = {}
@@ -316,13 +322,7 @@ def apply_workflows(
     """Delete the finished workflows (with their steps) past ``WORKFLOW_KEEP_COMPLETED_DAYS``
     or ``WORKFLOW_KEEP_FAILED_DAYS``; return how many went. Options as :func:`apply`'s;
     no query at all while both settings are None."""
-    batch_size = _check_positive(
-        "batch_size",
-        app_settings.RETENTION_BATCH_SIZE if batch_size is None else batch_size,
-        none=False,
-    )
-    assert batch_size is not None
-    budget = Budget(_check_positive("max_batches", max_batches, none=True))
+    batch_size, budget = _batches(batch_size, max_batches)
     return _apply_workflows(batch_size, budget, timezone.now() if now is None else now)
 
 
