@@ -98,7 +98,15 @@ def claim(
     where = (
         (lambda due: due) if condition is None else partial(_apply_condition, condition=condition)
     )
-    return flow_claims.claim(name, limit, order, owner, using, where)
+    return flow_claims.claim(
+        name,
+        limit,
+        order,
+        owner,
+        using,
+        where,
+        partial(_claim_statement, name, order=order, conn=conn),
+    )
 
 
 def _claim(
@@ -133,22 +141,47 @@ def _claim(
         else:
             due = _apply_condition(due, condition)
     changes = {"owner": owner, "exec_id": exec_id, "started_at": now}
-    how = db.claim_statement(conn)
     try:
-        if how == db.CLAIM_RETURNING:
-            tasks = _claim_returning(name, due, limit, changes, conn)
-        elif how == db.CLAIM_JOINED:
-            tasks = _claim_joined(name, due, limit, changes, conn)
-        else:
-            tasks = _claim_locked(due, limit, changes, conn)
+        return _claim_statement(name, due, limit, changes, order=order, conn=conn)
     except DatabaseError as exc:
         if not db.connection_lost(exc):
-            if how == db.CLAIM_JOINED:  # its UPDATE may have committed before the SELECT failed
-                _give_back(name, exec_id, using)
+            if db.claim_statement(conn) == db.CLAIM_JOINED:
+                _give_back(
+                    name, exec_id, using
+                )  # its UPDATE may have committed before the SELECT failed
             raise
         tasks = _claimed(name, exec_id, using)
         if not tasks:
             raise
+    return _in_claim_order(tasks, owner, order)
+
+
+def _claim_statement(
+    name: str,
+    due: models.QuerySet[Task],
+    limit: int,
+    changes: dict[str, Any],
+    *,
+    order: Order,
+    conn: Any,
+) -> list[Task]:
+    """Mark the first ``limit`` of ``due`` (ordered, locked rows skipped) ACTIVE under
+    ``changes`` (owner, exec_id, started_at) in the database's claim statement
+    (:func:`~django_tasks_coord.db.claim_statement`); the tasks, highest priority first,
+    then in ``order`` (``due``'s). Also the claim of a topic whose limits have no key, inside
+    its transaction (:func:`django_tasks_coord.store.flow.claim`)."""
+    how = db.claim_statement(conn)
+    if how == db.CLAIM_RETURNING:
+        tasks = _claim_returning(name, due, limit, changes, conn)
+    elif how == db.CLAIM_JOINED:
+        tasks = _claim_joined(name, due, limit, changes, conn)
+    else:
+        tasks = _claim_locked(due, limit, changes, conn)
+    return _in_claim_order(tasks, changes["owner"], order)
+
+
+def _in_claim_order(tasks: list[Task], owner: Owner | None, order: Order) -> list[Task]:
+    """``tasks`` highest priority first, then in ``order``, each given ``owner``."""
     step = 1 if order is Order.FIFO else -1
     tasks.sort(key=lambda task: (-task.priority, step * task.sequence))
     for task in tasks:

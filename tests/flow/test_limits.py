@@ -3,9 +3,11 @@ rate window on the database clock (moved by back-dating the start log, never by 
 
 import pytest
 from django.core import checks
+from django.db import connections
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 
-from django_tasks_coord import flow, queue, topics
+from django_tasks_coord import db, flow, queue, topics
 from django_tasks_coord.enums import TaskState
 from django_tasks_coord.exceptions import InvalidArgumentError
 from django_tasks_coord.flow import Rate
@@ -203,3 +205,34 @@ def test_the_metrics_show_the_limits(topic):
     read = state.read()
     assert read.rate_limits == {topic.name: pytest.approx(1000 / 60)}
     assert read.concurrency_limits == {topic.name: 4.0}
+
+
+def test_limits_without_a_key_cost_a_few_statements_beside_the_claim_without_limits(topic):
+    # The lock of the topic's row, its room counted in one statement (clock included), the
+    # claim statement of a topic without limits, the start logged: not a read of the
+    # candidates and an update of them by key, nor a statement per count.
+    other = queue.register_topic("unlimited")
+    queue.push_many(other, [(f"u{i}", None) for i in range(10)])
+    queue.push_many(topic, [(f"t{i}", None) for i in range(10)])
+    flow.set_limits(topic.name, rate="1000/s", concurrency=1000, total_concurrency=1000)
+    for name in (topic.name, other.name):  # known and their limits cached, as on a node
+        topics.topic_name(name), flow.limits_of(name)
+    conn = connections[db.alias()]
+    with CaptureQueriesContext(conn) as unlimited:
+        assert len(queue.poll(other, 5)) == 5
+    for _ in range(2):  # the second claim finds the first one's start in the log
+        with CaptureQueriesContext(conn) as limited:
+            claimed = queue.poll(topic, 5)
+        assert [t.state for t in claimed] == [TaskState.ACTIVE] * 5
+        extra = 4 if db.locks_whole_database(conn) else 3  # SQLite: its write lock
+        assert len(_statements(limited)) <= len(_statements(unlimited)) + extra, [
+            q[:60] for q in _statements(limited)
+        ]
+    assert [t.identifier for t in claimed] == [f"t{i}" for i in range(5, 10)]
+    assert FlowStart.objects.filter(topic=topic.name).count() == 2
+
+
+def _statements(captured: CaptureQueriesContext) -> list[str]:
+    """The statements ``captured``, without the savepoints of the test's transaction."""
+    sql = [query["sql"] for query in captured.captured_queries]
+    return [q for q in sql if not q.startswith(("SAVEPOINT", "RELEASE SAVEPOINT"))]
