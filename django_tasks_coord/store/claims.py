@@ -105,7 +105,7 @@ def claim(
         owner,
         using,
         where,
-        partial(_claim_statement, name, order=order, conn=conn),
+        partial(_claim_statement, name, order=order, conn=conn, condition=condition),
     )
 
 
@@ -126,23 +126,11 @@ def _claim(
     due = due.filter(~Exists(Topic.objects.using(using).filter(LIMITED, name=name)))
     sequence = "sequence" if order is Order.FIFO else "-sequence"
     due = due.order_by("-priority", sequence)
-    if condition is not None:
-        if db.subqueries_lock(conn):
-            # Its subqueries would lock the earlier tasks they read, and wait for those
-            # another transaction holds: pick the tasks the condition lets through with a
-            # plain read first. An earlier task that was finished stays so, so what that
-            # read let through still may go; the claim skips what was locked meanwhile.
-            picked = list(
-                _apply_condition(due, condition).values_list("sequence", flat=True)[:limit]
-            )
-            if not picked:
-                return []
-            due = due.filter(sequence__in=picked)
-        else:
-            due = _apply_condition(due, condition)
     changes = {"owner": owner, "exec_id": exec_id, "started_at": now}
     try:
-        return _claim_statement(name, due, limit, changes, order=order, conn=conn)
+        return _claim_statement(
+            name, due, limit, changes, order=order, conn=conn, condition=condition
+        )
     except DatabaseError as exc:
         if not db.connection_lost(exc):
             if db.claim_statement(conn) == db.CLAIM_JOINED:
@@ -164,12 +152,27 @@ def _claim_statement(
     *,
     order: Order,
     conn: Any,
+    condition: Condition | None = None,
 ) -> list[Task]:
-    """Mark the first ``limit`` of ``due`` (ordered, locked rows skipped) ACTIVE under
-    ``changes`` (owner, exec_id, started_at) in the database's claim statement
-    (:func:`~django_tasks_coord.db.claim_statement`); the tasks, highest priority first,
-    then in ``order`` (``due``'s). Also the claim of a topic whose limits have no key, inside
-    its transaction (:func:`django_tasks_coord.store.flow.claim`)."""
+    """Mark the first ``limit`` of ``due`` (ordered, locked rows skipped) that ``condition``
+    lets through ACTIVE under ``changes`` (owner, exec_id, started_at) in the database's
+    claim statement (:func:`~django_tasks_coord.db.claim_statement`); the tasks, highest
+    priority first, then in ``order`` (``due``'s). Also the claim of a topic whose limits
+    have no key, inside its transaction (:func:`django_tasks_coord.store.flow.claim`)."""
+    if condition is not None:
+        if db.subqueries_lock(conn):
+            # Its subqueries would lock the earlier tasks they read, and wait for those
+            # another transaction holds: pick the tasks the condition lets through with a
+            # plain read first. An earlier task that was finished stays so, so what that
+            # read let through still may go; the claim skips what was locked meanwhile.
+            picked = list(
+                _apply_condition(due, condition).values_list("sequence", flat=True)[:limit]
+            )
+            if not picked:
+                return []
+            due = due.filter(sequence__in=picked)
+        else:
+            due = _apply_condition(due, condition)
     how = db.claim_statement(conn)
     if how == db.CLAIM_RETURNING:
         tasks = _claim_returning(name, due, limit, changes, conn)

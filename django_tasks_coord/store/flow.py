@@ -156,7 +156,8 @@ def claim(
 ) -> list[Task]:
     """Claim up to ``limit`` due tasks of topic ``name`` within its limits (see the module).
 
-    ``filter_due`` narrows the due tasks (a poll condition). Returns the tasks, ACTIVE for
+    ``filter_due`` narrows the due tasks (a poll condition; ``statement`` applies it
+    itself, see :func:`django_tasks_coord.store.claims.claim`). Returns the tasks, ACTIVE for
     ``owner``, in the order chosen. Where a limit held the claim back, this process
     remembers when to look again (:func:`held_back_until`).
 
@@ -187,15 +188,13 @@ def claim(
             room = Room(limits, name, now, using)
         now = room.now
         fair = limits.fair and room.keyed
-        due = _ordered(
-            filter_due(Task.objects.using(using).for_topic(name).due()), order, fair, cursor
-        )
+        due = _ordered(Task.objects.using(using).for_topic(name).due(), order, fair, cursor)
         changes: dict[str, Any] = {"owner": owner, "exec_id": exec_id, "started_at": now}
         if statement is not None and not room.keyed:
             wanted = _unkeyed_room(limit, room)
             chosen = statement(due, wanted, changes) if wanted > 0 else []
         else:
-            chosen = _choose(due, limit, room)
+            chosen = _choose(filter_due(due), limit, room)
             if fair and chosen:
                 topic.update(fair_cursor=chosen[-1].concurrency_key)
             chosen = _start(chosen, name, changes, using)

@@ -9,7 +9,7 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from django_tasks_coord import db, queue
+from django_tasks_coord import db, flow, queue
 from django_tasks_coord.enums import Condition, TaskState
 from django_tasks_coord.models import Task
 from tests.conftest import skip_unless_row_locks
@@ -78,12 +78,16 @@ def test_claimed_tasks_are_returned_as_the_database_holds_them(topic):
 
 
 @skip_unless_row_locks()
+@pytest.mark.parametrize("limited", [False, True], ids=["no_limits", "limits_without_key"])
 @pytest.mark.parametrize("condition", [None, *Condition])
-def test_a_claim_skips_a_row_locked_elsewhere_and_waits_for_none(condition):
+def test_a_claim_skips_a_row_locked_elsewhere_and_waits_for_none(condition, limited):
     """A claim skips a row another transaction locked, and waits for no lock: not even
     when a poll condition has to read that row (an earlier task of the same identifier;
-    on MariaDB a locking statement's subqueries would wait for it)."""
+    on MariaDB a locking statement's subqueries would wait for it). So does the claim of
+    a topic whose limits have no key, the same statement under the topic's lock."""
     queue.register_topic("jobs")
+    if limited:
+        flow.set_limits("jobs", concurrency=100)
     tasks = queue.push_many("jobs", [("a", 0), ("b", 1), ("b", 2), ("c", 3)])
     held, release = threading.Event(), threading.Event()
 
