@@ -56,15 +56,30 @@ class Advanced:
 
 
 def ready_workflows(limit: int) -> list[int]:
-    """Ids of workflows with an ENQUEUED step whose task ended (or is gone), oldest first."""
-    task = Task.objects.using(db.alias()).filter(
+    """Ids of workflows with an ENQUEUED step whose task ended (or is gone), oldest first.
+
+    On PostgreSQL the task table is partitioned by topic, and a subquery that takes its
+    topic from the outer row cannot be pruned when it is planned: every partition would be
+    planned (twice) and probed for each ENQUEUED step, on every round of every node, a cost
+    that grows with the topics times the steps in flight. So the topics of the ENQUEUED
+    steps are read first (none: nothing to look at) and named in the subquery, which then
+    looks into their partitions only.
+    """
+    using = db.alias()
+    enqueued = WorkflowStep.objects.using(using).filter(
+        state=StepState.ENQUEUED, task_sequence__isnull=False
+    )
+    task = Task.objects.using(using).filter(
         topic_id=OuterRef("task_topic"), sequence=OuterRef("task_sequence")
     )
+    if db.supports_partitioning(db.connection()):
+        topics = list(enqueued.order_by().values_list("task_topic", flat=True).distinct())
+        if not topics:
+            return []
+        task = task.filter(topic_id__in=topics)
     ended = task.filter(state__in=list(STEP_OF_TASK))
     steps = (
-        WorkflowStep.objects.using(db.alias())
-        .filter(state=StepState.ENQUEUED, task_sequence__isnull=False)
-        .filter(Exists(ended) | ~Exists(task))
+        enqueued.filter(Exists(ended) | ~Exists(task))
         .order_by("workflow_id")
         .values_list("workflow_id", flat=True)
         .distinct()

@@ -8,13 +8,14 @@ import threading
 
 import pytest
 from django.db import OperationalError, connections
+from django.test.utils import CaptureQueriesContext
 
-from django_tasks_coord import db, executions, queue, workflows
+from django_tasks_coord import db, executions, partitions, queue, workflows
 from django_tasks_coord.enums import Decision, Result
 from django_tasks_coord.models import Task, Workflow, WorkflowStep
 from django_tasks_coord.store import workflows as store
 from django_tasks_coord.workflows import StepState, WorkflowState
-from django_tasks_coord.workflows.advance import record_outcomes, settle
+from django_tasks_coord.workflows.advance import ready_workflows, record_outcomes, settle
 from tests.api import defs  # noqa: F401  (declares the test definitions)
 from tests.conftest import skip_unless_row_locks
 
@@ -171,3 +172,22 @@ def test_two_advancers_racing_enqueue_every_fan_in_exactly_once(work):
         thread.join(60)
     assert not errors
     assert all(joins(name) == 1 for name in names), {name: joins(name) for name in names}
+
+
+@pytest.mark.django_db
+def test_the_ready_query_plans_only_the_partitions_of_the_enqueued_steps_topics(work):
+    """PostgreSQL: a subquery on the task table whose topic comes from the outer row is
+    planned over every partition (every topic's), on every round of every node."""
+    conn = db.connection()
+    if not partitions.is_partitioned(conn):
+        pytest.skip("the task table is partitioned by topic on PostgreSQL only")
+    queue.register_topic("other")
+    fan_in(2)
+    complete_all()
+    with CaptureQueriesContext(conn) as captured:
+        assert ready_workflows(10)
+    with conn.cursor() as cursor:
+        cursor.execute("EXPLAIN " + captured.captured_queries[-1]["sql"])
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert partitions.partition_name("work") in plan
+    assert partitions.partition_name("other") not in plan, plan
