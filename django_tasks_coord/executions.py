@@ -305,6 +305,10 @@ def notify(
         changes["progress"] = running.check_progress(progress)
     if not isinstance(checkpoints, Mapping | None):
         raise InvalidArgumentError("checkpoints must map names to JSON values.")
+    if len(checkpoints or ()) > (most := running.CHECKPOINTS_PER_NOTIFY):
+        raise InvalidArgumentError(
+            f"A notify stores at most {most} checkpoints, not {len(checkpoints or ())}."
+        )
     saved = {name: running.check_checkpoint(name, v) for name, v in (checkpoints or {}).items()}
     with db.write_transaction():
         task, definition = _held(task_id, exec_id, TaskState.ACTIVE, "notify", "in progress", now)

@@ -62,7 +62,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from django_tasks_coord import db
+from django_tasks_coord import db, validation
 from django_tasks_coord.conf import app_settings
 from django_tasks_coord.exceptions import (
     InvalidArgumentError,
@@ -94,6 +94,8 @@ __all__ = [
 RESERVED_PREFIX = "tasks_coord."
 #: The longest checkpoint name.
 CHECKPOINT_NAME_MAX_LENGTH = 200
+#: The most checkpoints an executor's ``notify`` stores in one call (in one transaction).
+CHECKPOINTS_PER_NOTIFY = 100
 
 
 @dataclass(eq=False)
@@ -344,7 +346,8 @@ def _one_run(task: Task | None, what: str) -> tuple[Task, Run | None]:
 def check_checkpoint(name: object, value: object = None) -> Any:
     """Refuse a checkpoint name that is not a non-empty str of at most
     :data:`CHECKPOINT_NAME_MAX_LENGTH` characters or starts with :data:`RESERVED_PREFIX`,
-    or a value that is not JSON (:class:`~django_tasks_coord.exceptions.InvalidArgumentError`);
+    or a value that is not JSON, and what no database stores (NUL, a lone surrogate, too deep:
+    :mod:`.validation`) (:class:`~django_tasks_coord.exceptions.InvalidArgumentError`);
     return the value as it reads back (a tuple becomes a list)."""
     limit, reserved = CHECKPOINT_NAME_MAX_LENGTH, RESERVED_PREFIX
     if not (isinstance(name, str) and 0 < len(name) <= limit and not name.startswith(reserved)):
@@ -352,11 +355,13 @@ def check_checkpoint(name: object, value: object = None) -> Any:
             f"A checkpoint name is a non-empty str of at most {limit} characters, not starting "
             f"with {reserved!r} (reserved): not {name!r}."
         )
+    validation.check_text(name, f"The checkpoint name {name!r}")
     return _as_json(value, name)
 
 
 def _as_json(value: object, name: str) -> Any:
     """``value`` as it reads back from the database (a tuple becomes a list...)."""
+    validation.check_json(value, f"checkpoint {name!r}")
     try:
         return json.loads(json.dumps(value, allow_nan=False))
     except (TypeError, ValueError) as exc:

@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -284,3 +285,77 @@ def migrated_on(
         connection.settings_dict.clear()
         connection.settings_dict.update(saved)
         server.destroy()
+
+
+class Proxy:
+    """A TCP proxy on a free loopback port to a database server, whose connections a test can
+    cut and keep cut for a while: an outage of that database for the processes connected
+    through it, the shared server and its other clients untouched.
+
+    :meth:`cut` closes every proxied connection and refuses new ones (accepted, then closed
+    at once: the client reads "server closed the connection" or MariaDB's "Lost connection")
+    until :meth:`restore`.
+    """
+
+    def __init__(self, host: str, port: int) -> None:
+        self.upstream = (host, port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.listener.getsockname()[1])
+        self.down = threading.Event()
+        self.cuts = 0
+        self._lock = threading.Lock()
+        self._open: set[socket.socket] = set()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:  # closed
+                return
+            if self.down.is_set():
+                client.close()
+                continue
+            try:
+                server = socket.create_connection(self.upstream)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._open.update((client, server))
+            for source, target in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(source, target), daemon=True).start()
+
+    def _pump(self, source: socket.socket, target: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                target.sendall(data)
+        except OSError:
+            pass
+        finally:
+            self._close(source, target)
+
+    def _close(self, *sockets: socket.socket) -> None:
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+            with self._lock:
+                self._open.discard(sock)
+
+    def cut(self) -> int:
+        """Close every connection and refuse new ones; return how many were open."""
+        self.down.set()
+        with self._lock:
+            sockets = list(self._open)
+        self._close(*sockets)
+        self.cuts += len(sockets)
+        return len(sockets)
+
+    def restore(self) -> None:
+        """Accept connections again."""
+        self.down.clear()
+
+    def close(self) -> None:
+        self.listener.close()
+        self.cut()

@@ -206,7 +206,7 @@ def _body(request: HttpRequest, spec: openapi.Operation, raw: bytes) -> dict[str
         raise ApiError(
             400,
             "invalid_request",
-            f"The body does not match {spec.request}: {error.message}"
+            f"The body does not match {spec.request}: {_message(error)}"
             + (f" (at {path})" if path else ""),
             path,
         )
@@ -214,6 +214,32 @@ def _body(request: HttpRequest, spec: openapi.Operation, raw: bytes) -> dict[str
     for pointer, value in _values(spec, data):  # too deep, NUL, lone surrogates: unstorable
         validation.check_json(value, pointer, pointer=pointer)
     return data
+
+
+#: How much of a refused value an error message quotes (JSON Schema's messages quote it whole).
+_QUOTED = 80
+#: The validators whose limit an error message names.
+_LIMITS = ("maxItems", "minItems", "maxProperties", "minProperties", "maxLength", "minLength")
+
+
+def _message(error: jsonschema.ValidationError) -> str:
+    """``error``'s message, without a large refused value quoted in full (a list of 10,000
+    items is named by its size), and with the limit it broke, if any."""
+    message, quoted = str(error.message), repr(error.instance)
+    if len(quoted) > _QUOTED and message.startswith(quoted):
+        instance = error.instance
+        if isinstance(instance, dict):
+            what = f"an object of {len(instance)} properties"
+        elif isinstance(instance, list):
+            what = f"an array of {len(instance)} items"
+        elif isinstance(instance, str):
+            what = f"a string of {len(instance)} characters"
+        else:
+            what = quoted[:_QUOTED] + "..."
+        message = what + message[len(quoted) :]
+    if error.validator in _LIMITS:
+        message += f" ({error.validator}: {error.validator_value})"
+    return message
 
 
 def _values(spec: openapi.Operation, data: dict[str, Any]) -> Iterator[tuple[str, Any]]:

@@ -26,6 +26,9 @@ __all__ = [
 #: and the largest page of a list.
 MAX_POLL = 100
 MAX_BATCH = 100
+#: The most checkpoints one notify stores: ``running.CHECKPOINTS_PER_NOTIFY`` (this module
+#: imports no models, so that the OpenAPI document builds without settings).
+CHECKPOINTS_PER_NOTIFY = 100
 MAX_PAGE = 500
 #: Task ids are 64-bit signed integers.
 MAX_TASK_ID = 2**63 - 1
@@ -341,8 +344,10 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             },
             "checkpoints": {
                 "type": "object",
+                "maxProperties": CHECKPOINTS_PER_NOTIFY,
                 "description": "Steps done, to resume from if the task is run again (a retry, "
-                "a new executor after a timeout): names (at most 200 characters, not starting "
+                f"a new executor after a timeout): at most {CHECKPOINTS_PER_NOTIFY} per call, "
+                "names (at most 200 characters, not starting "
                 "with `tasks_coord.`) to JSON values, stored durably under this exec_id and "
                 "returned by the task read and this call's answer. A name sent again is "
                 "replaced.",

@@ -18,7 +18,7 @@ from datetime import datetime
 from django.db import DatabaseError
 
 from django_tasks_coord import db, queue, signals
-from django_tasks_coord.enums import Decision, Result, WaitingPolicy
+from django_tasks_coord.enums import Decision, Result, TaskState, WaitingPolicy
 from django_tasks_coord.exceptions import TaskCanceledError, TasksCoordError
 from django_tasks_coord.handlers import TaskType
 from django_tasks_coord.models import Task
@@ -26,6 +26,7 @@ from django_tasks_coord.node.completer import Completer
 from django_tasks_coord.node.load import Load
 from django_tasks_coord.node.state import NodeState
 from django_tasks_coord.scheduling.names import GROUP_TOPIC_PREFIX
+from django_tasks_coord.store.fencing import held
 
 logger = logging.getLogger("django_tasks_coord.node")
 
@@ -167,7 +168,9 @@ class Executor:
                 what="Scheduling a retry",
                 wait=wait,
             )
-        if task.is_completed:  # the handler completed it in its own transaction (fenced run)
+        if task.is_completed and not self._rolled_back(
+            task
+        ):  # the handler completed it in its own transaction (fenced run)
             self.completer.put(task_type, task, decision)
         elif task_type is not None and not db.retry_while_lost(  # a leader's term is read
             functools.partial(task_type.may_complete, task), what="Checking a term", wait=wait
@@ -188,6 +191,29 @@ class Executor:
             self.retry(task_type, task, decision, retry_at)
         else:
             self.completer.put(task_type, task, decision)
+
+    def _rolled_back(self, task: Task) -> bool:
+        """Whether the handler's own completion of ``task`` was rolled back with its
+        transaction (an exception later in the block, a connection lost at its ``COMMIT``):
+        the row is still ACTIVE under the claim, whatever the object says. Then the object is
+        made ACTIVE again, for the node to record the handler's outcome (a failure, retried
+        under its policy): trusted, the task would stay ACTIVE under this live node's claim,
+        which nothing expires (a workflow step waiting on it would never end)."""
+        wait = self.state.wait_unless_forced
+        if not db.retry_while_lost(held([task]).exists, what="Completing tasks", wait=wait):
+            return False
+        logger.warning(
+            "Task %s: its handler completed it, but that completion was rolled back with the "
+            "handler's transaction; the node records the handler's outcome instead.",
+            task,
+            extra={
+                "task_sequence": task.sequence,
+                "topic": task.topic_id,
+                "node": self.state.node_id,
+            },
+        )
+        task.state, task.finished_at = TaskState.ACTIVE, None
+        return True
 
     def retry(self, task_type: TaskType, task: Task, decision: Decision, at: datetime) -> None:
         """Give ``task`` back to the queue, due ``at``, for its next attempt."""
