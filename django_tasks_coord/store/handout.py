@@ -57,6 +57,9 @@ def hand_out(
     ``executions.start``), each under a fresh ``exec_id``.
     """
     using, conn = db.alias(), db.connection()
+    limited = definition.concurrency_limit is not None or flow.limits_of(definition.name).limited
+    if not limited and db.hands_out_in_one_statement(conn):
+        return _hand_out_at_once(definition, limit, now, start)  # no queryset to build
     ready = (
         Task.objects.using(using)
         .filter(topic_id=definition.name, state=TaskState.PENDING)
@@ -70,7 +73,7 @@ def hand_out(
             Task.objects.using(using).rows(chosen).update(**changes)
         return chosen
 
-    if definition.concurrency_limit is not None or flow.limits_of(definition.name).limited:
+    if limited:
         return flow_claims.hand_out(
             definition.name,
             limit,
@@ -80,8 +83,6 @@ def hand_out(
             mark,
             using,
         )
-    if db.hands_out_in_one_statement(conn):
-        return _hand_out_at_once(definition, limit, now, start)
     with db.write_transaction():
         # Paused (queue.pause_topic, the admin): executors get nothing; limited since the
         # cache was read: nothing until it knows (never more than the limits allow).
