@@ -168,9 +168,8 @@ class Executor:
                 what="Scheduling a retry",
                 wait=wait,
             )
-        if task.is_completed and not self._rolled_back(
-            task
-        ):  # the handler completed it in its own transaction (fenced run)
+        # The handler completed it in its own transaction (a fenced run), and that held.
+        if task.is_completed and not self._rolled_back(task):
             self.completer.put(task_type, task, decision)
         elif task_type is not None and not db.retry_while_lost(  # a leader's term is read
             functools.partial(task_type.may_complete, task), what="Checking a term", wait=wait

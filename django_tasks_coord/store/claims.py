@@ -134,9 +134,8 @@ def _claim(
     except DatabaseError as exc:
         if not db.connection_lost(exc):
             if db.claim_statement(conn) == db.CLAIM_JOINED:
-                _give_back(
-                    name, exec_id, using
-                )  # its UPDATE may have committed before the SELECT failed
+                # Its UPDATE may have committed before the SELECT failed.
+                _give_back(name, exec_id, using)
             raise
         tasks = _claimed(name, exec_id, using)
         if not tasks:
