@@ -11,6 +11,12 @@ process from its first request to its last answer. What is measured:
 | ``poll, start, success`` | this tree | the documented one: ``serve_api``, ``CONN_MAX_AGE`` 600 | the same three |
 | ``claim 1, complete 1`` | this tree | the same | claim (limit 1), complete (one report) |
 | ``claim N, complete N`` | this tree | the same | claim (limit ``--batch``), complete (all of them) |
+| ``claim 1, complete 1, plain uvicorn`` | this tree | the same on plain ``uvicorn`` (h11, asyncio) | claim (limit 1), complete (one report) |
+
+Every server runs on ``uvicorn[standard]``'s httptools parser and uvloop event loop (the
+documented deployment) where they are installed; the last row, served beside it in the same
+rounds, shows what they are worth (it is left out without them, and then every row runs on
+plain uvicorn).
 
 Both servers run a project's usual middleware (Django's ``startproject`` list). Each round
 runs every row once, in an order rotated from round to round; figures are medians of
@@ -39,6 +45,7 @@ helper processes' entry point.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import random
@@ -300,6 +307,9 @@ class Version:
     token: str = ""
     server: subprocess.Popen[bytes] | None = None
     port: int = 0
+    #: uvicorn's HTTP parser and event loop (``--http``, ``--loop``): :data:`FAST_SERVER`
+    #: where ``uvicorn[standard]`` is installed, else the pure-Python pair.
+    server_args: tuple[str, ...] = ()
 
     def env(self, **values: str) -> dict[str, str]:
         path = os.pathsep.join(dict.fromkeys([str(self.source), str(common.ROOT)]))
@@ -326,6 +336,7 @@ class Version:
                 *(sys.executable, "-m", "uvicorn", "benchmarks.executor_api:application"),
                 *("--port", str(self.port), "--lifespan=off", "--no-access-log"),
                 "--log-level=warning",
+                *self.server_args,
             ],
             cwd=self.workdir,  # not the repository: its package would come first
             env=self.env(EXECUTOR_API_SERVE=json.dumps(self.spec)),
@@ -337,6 +348,19 @@ class Version:
             except OSError:
                 time.sleep(0.1)
         raise RuntimeError(f"the {self.label} server did not start")
+
+
+#: uvicorn with ``uvicorn[standard]``'s C parser and event loop (what docs/executors.md
+#: documents), and with its pure-Python defaults (what plain ``uvicorn`` runs).
+FAST_SERVER = ("--http", "httptools", "--loop", "uvloop")
+PLAIN_SERVER = ("--http", "h11", "--loop", "asyncio")
+
+
+def fast_server() -> bool:
+    """Whether this Python has ``uvicorn[standard]``'s httptools and uvloop."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(name) for name in ("httptools", "uvloop"))
 
 
 def _free_port() -> int:
@@ -403,16 +427,27 @@ def measure(vendor: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         if not Path(answer["package"]).is_relative_to(source):
             raise RuntimeError(f"{label} imported {answer['package']}, not its own package")
         version.token = answer["token"]
+        version.server_args = FAST_SERVER if fast_server() else PLAIN_SERVER
     rows = [
         Row("base: poll, start, success", "base", "single", 1),
         Row("poll, start, success", "head", "single", 1),
         Row("claim 1, complete 1", "head", "batch", 1),
         Row(f"claim {args.batch}, complete {args.batch}", "head", "batch", args.batch),
     ]
+    if fast_server():  # the same head served by plain uvicorn, in the same rounds
+        head = versions["head"]
+        versions["head, plain uvicorn"] = dataclasses.replace(
+            head, label="head, plain uvicorn", server_args=PLAIN_SERVER
+        )
+        rows.append(Row("claim 1, complete 1, plain uvicorn", "head, plain uvicorn", "batch", 1))
     result: dict[str, Any] = {
         "database": vendor,
         "versions": {label: v.revision for label, v in versions.items()},
-        "statements": {label: v.helper("count", v.token) for label, v in versions.items()},
+        "servers": {label: " ".join(v.server_args) for label, v in versions.items()},
+        "statements": {
+            label: versions[label].helper("count", versions[label].token)
+            for label in ("base", "head")
+        },
         "rounds": [],
     }
     try:
@@ -432,6 +467,10 @@ def measure(vendor: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     finally:
         common.terminate([v.server for v in versions.values() if v.server], timeout=30)
     result["rows"] = _summary(rows, result["rounds"])
+    if "head, plain uvicorn" in versions:
+        fast, plain = "claim 1, complete 1", "claim 1, complete 1, plain uvicorn"
+        ratios = [r[fast]["tasks_per_s"] / r[plain]["tasks_per_s"] for r in result["rounds"]]
+        result["standard_over_plain"] = round(statistics.median(ratios), 2)
     return result
 
 
@@ -506,7 +545,9 @@ def markdown(report: dict[str, Any]) -> str:
             f"## {common.LABELS.get(result['database'], result['database'])}",
             "",
             f"base = {result['versions']['base']}, head = {result['versions']['head']}; "
-            f"medians of {rounds} interleaved rounds.",
+            f"medians of {rounds} interleaved rounds. uvicorn "
+            + "; ".join(f"{label}: `{args}`" for label, args in result.get("servers", {}).items())
+            + ".",
             "",
             "| calls | requests per task | tasks/s (median) | range | x base (median of rounds) "
             "| server CPU per task |",
@@ -518,6 +559,13 @@ def markdown(report: dict[str, Any]) -> str:
                 f"{row['min']}-{row['max']} | {row['vs_base']} | "
                 f"{row['server_cpu_ms_per_task']} ms |"
             )
+        if "standard_over_plain" in result:
+            lines += [
+                "",
+                "Claim 1 and complete 1 on `uvicorn[standard]` (httptools, uvloop) over plain "
+                f"uvicorn (h11, asyncio): {result['standard_over_plain']}x (median of the "
+                "per-round ratios).",
+            ]
         lines += ["", "Statements per call (`CaptureQueriesContext`):", ""]
         names = list(result["statements"]["head"])
         lines += ["| version | " + " | ".join(names) + " |", "| --- |" + " ---: |" * len(names)]

@@ -49,8 +49,13 @@ def call(base: str, token: str, method: str, path: str, body: object = None) -> 
         return error.code, json.loads(error.read())
 
 
-#: The ASGI applications of tests.api.asgi, and the CONN_MAX_AGE each is served with.
-DEPLOYMENTS = {"application": "60", "long_polls_application": "0"}
+#: The ASGI applications of tests.api.asgi, the CONN_MAX_AGE each is served with, and uvicorn's
+#: HTTP parser and event loop: the documented deployment (serve_api) on ``uvicorn[standard]``'s
+#: httptools and uvloop, the one before it on plain uvicorn's pure-Python h11 and asyncio.
+DEPLOYMENTS = {
+    "application": ("60", ("--http=httptools", "--loop=uvloop")),
+    "long_polls_application": ("0", ("--http=h11", "--loop=asyncio")),
+}
 BOTH = pytest.mark.parametrize("server", list(DEPLOYMENTS), indirect=True)
 
 
@@ -59,6 +64,7 @@ def server(request, transactional_db) -> Iterator[tuple[str, subprocess.Popen[st
     """uvicorn serving tests.api.asgi (``application`` unless the test asks for another) on a
     free port; yields its base URL and process."""
     app = getattr(request, "param", "application")
+    conn_max_age, flavour = DEPLOYMENTS[app]
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -70,8 +76,9 @@ def server(request, transactional_db) -> Iterator[tuple[str, subprocess.Popen[st
         "--lifespan=off",
         "--no-access-log",
         "--log-level=warning",
+        *flavour,
         DJANGO_SETTINGS_MODULE="tests.api.server_settings",
-        API_SERVER_CONN_MAX_AGE=DEPLOYMENTS[app],
+        API_SERVER_CONN_MAX_AGE=conn_max_age,
     )
     base = f"http://127.0.0.1:{port}/tasks"
 
