@@ -30,6 +30,17 @@ from django_tasks_coord.store.fencing import held
 
 logger = logging.getLogger("django_tasks_coord.node")
 
+#: The result a handler's own completion reported, by the state it left the row in (a
+#: completion of a run whose cancel was requested ends CANCELED: a failure of the run).
+#: REDUNDANT is no completion's: a row replaced under the claim has no outcome to report.
+_RESULT_BY_STATE = {
+    TaskState.SUCCEEDED: Result.SUCCESS,
+    TaskState.SUSPENDED: Result.SUSPENSION,
+    TaskState.FILTERED: Result.FILTER,
+    TaskState.FAILED: Result.FAILURE,
+    TaskState.CANCELED: Result.FAILURE,
+}
+
 
 class Executor:
     """Runs tasks in the workers and settles each one (see the module).
@@ -160,6 +171,9 @@ class Executor:
         if requested and task.cancel_requested_at is None:
             task.cancel_requested_at = self.state.clock.now()  # as the database has it
         runs.forget(task)
+        held_outcome = self._held_outcome(task, decision)
+        if held_outcome is not None:  # the handler raised after its completion committed
+            decision = held_outcome
         decision = self.completer.attempt_ended(task_type, task, decision)  # its log entry
         retry_at = None
         if not final and task_type is not None and decision.result is Result.FAILURE:
@@ -169,7 +183,7 @@ class Executor:
                 wait=wait,
             )
         # The handler completed it in its own transaction (a fenced run), and that held.
-        if task.is_completed and not self._rolled_back(task):
+        if task.is_completed and (held_outcome is not None or not self._rolled_back(task)):
             self.completer.put(task_type, task, decision)
         elif task_type is not None and not db.retry_while_lost(  # a leader's term is read
             functools.partial(task_type.may_complete, task), what="Checking a term", wait=wait
@@ -190,6 +204,43 @@ class Executor:
             self.retry(task_type, task, decision, retry_at)
         else:
             self.completer.put(task_type, task, decision)
+
+    def _held_outcome(self, task: Task, decision: Decision) -> Decision | None:
+        """The outcome to report for ``task`` when its handler completed it in its own
+        transaction and then raised, and that completion held (the row is completed in the
+        database under the claim: the exception came after the ``COMMIT`` went through, say
+        a connection lost as its answer came back); None otherwise (the handler did not
+        raise, did not complete the task, or its completion was rolled back:
+        :meth:`_rolled_back`).
+
+        The task succeeded (or ended as its handler decided): the node reports that
+        completion, not a failure (no failure counted, no error policy), and logs what the
+        handler raised: at INFO for a lost connection (part of an outage, which the node
+        reports once: :mod:`django_tasks_coord.db`), at WARNING otherwise.
+        """
+        exc, state = decision.exception, TaskState(task.state)
+        result = _RESULT_BY_STATE.get(state) if task.is_completed else None
+        if exc is None or result is None:
+            return None
+        rows = held([task], state=state)  # the row in the state the completion gave it
+        wait = self.state.wait_unless_forced
+        if not db.retry_while_lost(rows.exists, what="Completing tasks", wait=wait):
+            return None
+        lost = db.connection_lost(exc)
+        logger.log(
+            logging.INFO if lost else logging.WARNING,
+            "Task %s: its handler completed it and that completion held, then raised: %r; "
+            "the node reports the completion.",
+            task,
+            exc,
+            exc_info=None if lost else exc,
+            extra={
+                "task_sequence": task.sequence,
+                "topic": task.topic_id,
+                "node": self.state.node_id,
+            },
+        )
+        return Decision(result, message=task.message)
 
     def _rolled_back(self, task: Task) -> bool:
         """Whether the handler's own completion of ``task`` was rolled back with its

@@ -57,6 +57,7 @@ from django_tasks_coord.node.lifeline import Lifeline
 from django_tasks_coord.node.load import Load
 from django_tasks_coord.node.pool import WorkerPool
 from django_tasks_coord.node.state import NodeState
+from django_tasks_coord.node.stops import StopRequests
 from django_tasks_coord.node.subscriptions import Subscriptions
 from django_tasks_coord.node.wakeup import Listener, WakeEvent, listen_supported
 from django_tasks_coord.node.workflows import WorkflowAdvancer
@@ -80,7 +81,8 @@ class Node:
     """One processing node. Create it, then call :meth:`run` (blocking) from the main thread.
 
     :meth:`request_stop` (the SIGTERM/SIGINT handler) stops it gracefully; a second
-    call stops it at once. Both release every claim the node still holds. ``clock``
+    call stops it at once. Both release every claim the node still holds; their log lines
+    come from the node's shutdown (:mod:`~django_tasks_coord.node.stops`). ``clock``
     is what every duty reads the time from (tests pass a fake one).
     """
 
@@ -92,6 +94,9 @@ class Node:
         self.state = NodeState(config, clock)
         self.exit_code = EXIT_OK
         self.completer: Completer | None = None
+        self.stops = StopRequests(
+            self.state.stopping, self.state.force, shutdown_max_wait=config.shutdown_max_wait
+        )
 
         # The duties call each other back through these (looked up at each call: a test
         # may replace a duty's wake-up event).
@@ -230,6 +235,7 @@ class Node:
         """Run until stopped (or, with ``burst``, until nothing is due). Returns an exit code."""
         state, config = self.state, self.config
         if state.stopping.is_set():  # a stop request came before the node registered
+            self.stops.log()
             logger.info("Stop requested during start-up: exiting before registering.")
             return self.exit_code
         registered = state.claims.now()
@@ -260,15 +266,13 @@ class Node:
         return self.exit_code
 
     def request_stop(self) -> None:
-        """Stop gracefully; called a second time, stop at once (claims are still released)."""
-        if self.state.stopping.is_set():
-            logger.warning("Second stop request: stopping now, releasing running tasks.")
-            self.state.force.set()
-        else:
-            logger.info(
-                "Stopping: no new claims; running tasks get %ss.", self.config.shutdown_max_wait
-            )
-        self.state.stopping.set()  # wakes every loop
+        """Stop gracefully; called a second time, stop at once (claims are still released).
+
+        Safe in a signal handler (the SIGTERM/SIGINT handler of ``runscheduler``) as from
+        any thread: it sets the stop events at once and logs nothing; the node logs the
+        request when its shutdown starts (:class:`~django_tasks_coord.node.stops.StopRequests`).
+        """
+        self.stops.request()
 
     def lost_ownership(self) -> None:
         """Stop at once without completing anything: this node was declared dead and a
@@ -399,6 +403,7 @@ class Node:
     def _shutdown(self) -> None:
         state = self.state
         state.stopping.set()
+        self.stops.log()  # the stop requests so far (a signal handler logs nothing)
         for thread in self._side_threads:  # no heartbeat may race the unregistration below
             thread.join(timeout=self.config.heartbeat_frequency + 5)
         pool, completer = self.dispatcher.pool, self.completer
@@ -424,6 +429,7 @@ class Node:
             self.leadership.stop()
         if self.owner is not None and not lost:
             owners.unregister_owner(self.owner)
+        self.stops.log()  # the requests that came during the shutdown
         logger.info(
             "Node %s stopped: processed=%s failed=%s retried=%s.",
             self.owner.name if self.owner else "?",

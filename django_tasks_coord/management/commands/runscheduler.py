@@ -93,7 +93,7 @@ class StopSignals:
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.node is not None:
-            self.node.request_stop()
+            self.node.request_stop()  # logs nothing here: the node logs it as it shuts down
         elif self.received is None:
             self.received = signum
         else:  # a second signal during start-up: nothing is registered, leave now
