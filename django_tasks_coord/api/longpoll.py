@@ -16,7 +16,10 @@ What wakes a waiting long-poll:
 - the moment the next waiting task of its definitions becomes due (``execute_at``, a
   retry delay), which no notification announces;
 - the moment the rate window of a definition's topic that held its last check back
-  (:func:`~django_tasks_coord.store.flow.held_back_until`) moves on;
+  (:func:`~django_tasks_coord.store.flow.held_back_until`) moves on, at least
+  :data:`RECHECK_AFTER` after that check (the moment may have passed by the time the check
+  returns); only a moment noted by that check counts, not an old one of a topic unlimited
+  since;
 - elsewhere, or while the ``LISTEN`` connection is not up, a check every
   ``LONG_POLL_INTERVAL`` seconds.
 """
@@ -44,6 +47,10 @@ from django_tasks_coord.store import flow as flow_claims
 SAFETY_INTERVAL = 10.0
 #: Seconds the LISTEN connection stays open after its last waiter left.
 LINGER = 30.0
+#: The shortest wait of a long-poll that a rate held back: the moment its check noted may
+#: have passed by the time it reads it (a claim's round trip can outlast the time left until
+#: the rate window moves on).
+RECHECK_AFTER = 0.02
 
 
 class _Hub:
@@ -191,6 +198,7 @@ async def long_poll(
         while True:
             event.clear()  # before the check: a NOTIFY during it is not lost
             notified = hub.listening
+            looked = time.monotonic()
             tasks, due = await run_db(_check, names, limit, check, start)
             check = authorize
             remaining = end - loop.time()
@@ -199,9 +207,10 @@ async def long_poll(
             wait = min(remaining, SAFETY_INTERVAL if notified else interval)
             if due is not None:
                 wait = min(wait, max((due - executions.clock()).total_seconds(), 0.0) + 0.001)
-            held = flow_claims.held_back_until(list(names))  # a rate window moves on then
-            if held is not None and held > time.monotonic():
-                wait = min(wait, held - time.monotonic() + 0.001)
+            # A rate window moves on then: a moment this check noted, even if past by now.
+            held = flow_claims.held_back_until(list(names), since=looked)
+            if held is not None:
+                wait = min(wait, max(held - time.monotonic(), RECHECK_AFTER) + 0.001)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), wait)
     finally:

@@ -33,6 +33,7 @@ seconds ever holds more than N starts, whatever the nodes' clocks say.
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from collections import Counter
@@ -61,10 +62,15 @@ _MAX_ROUNDS = 20
 _held_back: dict[str, float] = {}
 
 
-def held_back_until(topics: list[str]) -> float | None:
+def held_back_until(topics: list[str], since: float = -math.inf) -> float | None:
     """The earliest ``time.monotonic()`` at which a claim of one of ``topics`` that a limit
-    held back in this process may find room again; None if none was held back."""
-    times = [_held_back[topic] for topic in topics if topic in _held_back]
+    held back in this process may find room again; None if none was held back.
+
+    With ``since``, only the moments at or after it count: a claim that began at ``since``
+    or later notes no earlier one, and a topic held back once and unlimited since (its
+    claims no longer come here) keeps its old entry.
+    """
+    times = [at for at in map(_held_back.get, topics) if at is not None and at >= since]
     return min(times) if times else None
 
 

@@ -13,6 +13,7 @@ from django.core import checks
 from django.test import Client, override_settings
 
 from django_tasks_coord import db, definitions, executions, flow, topics
+from django_tasks_coord.api import longpoll
 from django_tasks_coord.enums import IN_FLIGHT
 from django_tasks_coord.exceptions import InvalidArgumentError, LimitKeyConflictError
 from django_tasks_coord.models import FlowStart, Task, Topic
@@ -225,3 +226,50 @@ def test_a_long_poll_held_back_by_a_rate_looks_again_when_the_window_moves_on():
     assert len(api.ok("POST", "long-poll", body)["tasks"]) == 1
     # Neither a NOTIFY (none is sent) nor the interval (30 s; 10 s with LISTEN) woke it.
     assert time.monotonic() - began < 5
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(TASKS_COORD={"LONG_POLL_INTERVAL": 30})
+def test_a_long_poll_looks_again_when_the_moment_its_check_noted_passed_before_it_read_it(
+    monkeypatch,
+):
+    # A claim's retry_after can be shorter than its round trip: the window has moved on
+    # when the long-poll reads it. Here every held-back hand-out notes the moment 1 ms
+    # after it began, past by then (MariaDB, once: 20 s, the long-poll's timeout).
+    note = flow_claims._note_held_back
+    monkeypatch.setattr(
+        flow_claims,
+        "_note_held_back",
+        lambda topic, seconds, since: note(topic, None if seconds is None else 0.001, since),
+    )
+    api = Api(make_user("executor", "execute_tasks")[1], Client())
+    create("test/basic", 2)
+    flow.set_limits("test/basic", rate="1/s")
+    body = {"definitions": ["test/basic"], "limit": 2, "timeout": 20}
+    assert len(api.ok("POST", "long-poll", body)["tasks"]) == 1
+    began = time.monotonic()
+    assert len(api.ok("POST", "long-poll", body)["tasks"]) == 1
+    assert time.monotonic() - began < 5  # looked again, not after its timeout (20 s)
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(TASKS_COORD={"LONG_POLL_INTERVAL": 30})
+def test_an_old_held_back_entry_does_not_make_a_long_poll_look_again_and_again(monkeypatch):
+    create("test/basic", 2)
+    flow.set_limits("test/basic", rate="1/h")
+    assert len(executions.poll(["test/basic"], 2)) == 1
+    assert executions.poll(["test/basic"], 2) == []  # held back: noted
+    flow.set_limits("test/basic")  # unlimited since: its hand-outs leave the entry as it is
+    assert len(executions.poll(["test/basic"], 2)) == 1  # nothing is left
+    assert flow_claims.held_back_until(["test/basic"]) is not None  # the entry is kept
+    flow_claims._held_back["test/basic"] -= 7200  # as if noted two hours ago: long past
+    checks: list[float] = []
+    check = longpoll._check
+    monkeypatch.setattr(
+        longpoll, "_check", lambda *a, **kw: checks.append(time.monotonic()) or check(*a, **kw)
+    )
+    api = Api(make_user("executor", "execute_tasks")[1], Client())
+    body = {"definitions": ["test/basic"], "limit": 1, "timeout": 1}
+    assert api.ok("POST", "long-poll", body)["tasks"] == []
+    # Its first attempt, a check, and one after its timeout: not one every 20 ms.
+    assert len(checks) <= 4, f"{len(checks)} checks"

@@ -33,14 +33,18 @@ def test_a_burst_submits_and_runs_the_slots_due_at_its_start(
     make_node, work_topic, no_scheduler_thread
 ):
     once = scheduling.schedule_one_time(RECORD, timezone.now() - timedelta(seconds=1), job_id="o")
-    hourly = scheduling.schedule_periodic(RECORD, "hourly", job_id="h")
-    slot = timezone.now().replace(microsecond=0) - timedelta(minutes=1)
-    PeriodicTask.objects.filter(pk=hourly).update(nextrun=slot)
+    # Daily, at the hour twelve hours ahead: no other slot of it can fall due during the
+    # test (an hourly one set a minute back had its next slot due too in the first minute
+    # of an hour, and the missed-slot policy "once" ran that one instead).
+    upcoming = timezone.now().replace(minute=0, second=0, microsecond=0) + timedelta(hours=12)
+    daily = scheduling.schedule_periodic(RECORD, f"*-*-* {upcoming:%H}:00:00", tz="UTC", job_id="d")
+    slot = upcoming - timedelta(days=1)
+    PeriodicTask.objects.filter(pk=daily).update(nextrun=slot)  # its last occurrence is due
     later = scheduling.schedule_one_time(RECORD, timezone.now() + timedelta(hours=1), job_id="l")
     queue.push("work", "t")
     assert run(make_node(topics=[JOBS_TOPIC, "work"])) == 0
-    assert sorted(Run.objects.values_list("identifier", flat=True)) == sorted([once, hourly, "t"])
-    assert Run.objects.get(identifier=hourly).slot == slot
+    assert sorted(Run.objects.values_list("identifier", flat=True)) == sorted([once, daily, "t"])
+    assert Run.objects.get(identifier=daily).slot == slot
     assert set(Task.objects.values_list("state", flat=True)) == {TaskState.SUCCEEDED}
     assert PeriodicTask.objects.get(pk=later).enabled  # not due: left for later
     assert not Owner.objects.exists()
