@@ -17,7 +17,7 @@ What wakes a waiting long-poll:
   retry delay), which no notification announces;
 - the moment the rate window of a definition's topic that held its last check back
   (:func:`~django_tasks_coord.store.flow.held_back_until`) moves on, at least
-  :data:`RECHECK_AFTER` after that check (the moment may have passed by the time the check
+  :data:`~django_tasks_coord.store.flow.RECHECK_AFTER` after that check (the moment may have passed by the time the check
   returns); only a moment noted by that check counts, not an old one of a topic unlimited
   since;
 - elsewhere, or while the ``LISTEN`` connection is not up, a check every
@@ -47,10 +47,6 @@ from django_tasks_coord.store import flow as flow_claims
 SAFETY_INTERVAL = 10.0
 #: Seconds the LISTEN connection stays open after its last waiter left.
 LINGER = 30.0
-#: The shortest wait of a long-poll that a rate held back: the moment its check noted may
-#: have passed by the time it reads it (a claim's round trip can outlast the time left until
-#: the rate window moves on).
-RECHECK_AFTER = 0.02
 
 
 class _Hub:
@@ -208,9 +204,9 @@ async def long_poll(
             if due is not None:
                 wait = min(wait, max((due - executions.clock()).total_seconds(), 0.0) + 0.001)
             # A rate window moves on then: a moment this check noted, even if past by now.
-            held = flow_claims.held_back_until(list(names), since=looked)
+            held = flow_claims.next_look(list(names), since=looked)
             if held is not None:
-                wait = min(wait, max(held - time.monotonic(), RECHECK_AFTER) + 0.001)
+                wait = min(wait, held + 0.001)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), wait)
     finally:

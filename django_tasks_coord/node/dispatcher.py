@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import math
 import time
 from collections.abc import Callable
 
@@ -75,6 +76,7 @@ class Dispatcher:
         self._topics_checked: float | None = None  # when the topics were read (monotonic)
         self._topics_resumed = False  # a topic was resumed: re-read the topics now
         self._round_robin = itertools.count()
+        self._claimed_at = math.inf  # when the last claim round began (monotonic)
         self._reconnect = db.Reconnect("Claiming")
 
     # --- the round ----------------------------------------------------------------------
@@ -155,6 +157,7 @@ class Dispatcher:
         topics, claims = self.topics, self.state.claims
         if not topics:
             return 0
+        self._claimed_at = time.monotonic()  # what its claims note counts (idle_timeout)
         start = next(self._round_robin) % len(topics)
         for topic in topics[start:] + topics[:start]:
             with claims.claiming:  # until they are queued: see Claims.claiming
@@ -329,15 +332,17 @@ class Dispatcher:
             self.executor.release(tasks, refund_attempt=True)
 
     def idle_timeout(self) -> float:
-        """Seconds to sleep: until the next delayed task is due, or a claim that a flow limit
-        held back may find room (:func:`~django_tasks_coord.store.flow.held_back_until`), at
-        most the idle wait."""
+        """Seconds to sleep: until the next delayed task is due, or a claim of the last claim
+        round that a flow limit held back may find room
+        (:func:`~django_tasks_coord.store.flow.next_look`), at most the idle wait."""
         timeout = self.state.idle_wait(self.backoff, watched=self.watch.active)
         if self.load.count >= self.load.capacity or not self.topics:
             return timeout
-        held_back = flow_claims.held_back_until(self.topics)  # a limit may have room by then
+        # A limit may have room by then: a moment its last claim round noted (at least
+        # RECHECK_AFTER ahead), not an old one of a topic unlimited since.
+        held_back = flow_claims.next_look(self.topics, since=self._claimed_at)
         if held_back is not None:
-            timeout = min(timeout, max(held_back - time.monotonic(), 0.0))
+            timeout = min(timeout, held_back)
         pending = Task.objects.using(db.alias()).filter(
             topic_id__in=self.topics, state=TaskState.PENDING, execute_at__isnull=False
         )

@@ -74,6 +74,20 @@ def held_back_until(topics: list[str], since: float = -math.inf) -> float | None
     return min(times) if times else None
 
 
+#: The shortest wait for a claim that a limit held back: the moment its claim noted may have
+#: passed by the time the caller reads it (a claim's round trip can outlast the time left until
+#: a rate window moves on).
+RECHECK_AFTER = 0.02
+
+
+def next_look(topics: list[str], since: float) -> float | None:
+    """Seconds until a claim of one of ``topics`` that a limit held back may find room again,
+    counting only claims that began at ``since`` (``time.monotonic()``) or later (see
+    :func:`held_back_until`), and at least :data:`RECHECK_AFTER`; None if none was held back."""
+    held = held_back_until(topics, since)
+    return None if held is None else max(held - time.monotonic(), RECHECK_AFTER)
+
+
 def _note_held_back(topic: str, seconds: float | None, since: float) -> None:
     """Remember that a claim of ``topic`` that began at ``since`` (``time.monotonic()``) may
     find room ``seconds`` after it began (None: it was not held back)."""

@@ -4,8 +4,10 @@ import threading
 from datetime import datetime, timedelta
 
 import pytest
+from django.utils import timezone
 
-from django_tasks_coord import handlers, queue
+from django_tasks_coord import handlers, queue, scheduling
+from django_tasks_coord.models import PeriodicTask
 from django_tasks_coord.node import Node, NodeConfig
 from django_tasks_coord.node.clock import Clock
 from tests.testapp import consumers as _test_consumers  # noqa: F401  (registers the test consumers)
@@ -68,3 +70,15 @@ def _restore_registry():
     before = handlers.registry.consumers()
     yield
     handlers.registry.restore(before)
+
+
+def due_daily_job(job: str, job_id: str) -> tuple[str, datetime]:
+    """Schedule ``job`` daily at the hour twelve hours ahead, with its last occurrence due;
+    its id and that slot. No other slot of it can fall due while a test runs (an hourly job
+    set a moment back has its next slot due too at the turn of an hour, and the missed-slot
+    policy "once" runs that one instead)."""
+    upcoming = timezone.now().replace(minute=0, second=0, microsecond=0) + timedelta(hours=12)
+    daily = scheduling.schedule_periodic(job, f"*-*-* {upcoming:%H}:00:00", tz="UTC", job_id=job_id)
+    slot = upcoming - timedelta(days=1)
+    PeriodicTask.objects.filter(pk=daily).update(nextrun=slot)
+    return daily, slot

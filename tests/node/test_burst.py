@@ -16,7 +16,7 @@ from django_tasks_coord.enums import TaskState
 from django_tasks_coord.models import Owner, PeriodicTask, Task
 from django_tasks_coord.scheduling import JOBS_TOPIC
 from django_tasks_coord.scheduling.loop import SchedulerLoop
-from tests.node.conftest import run
+from tests.node.conftest import due_daily_job, run
 from tests.testapp.models import Run
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,13 +33,7 @@ def test_a_burst_submits_and_runs_the_slots_due_at_its_start(
     make_node, work_topic, no_scheduler_thread
 ):
     once = scheduling.schedule_one_time(RECORD, timezone.now() - timedelta(seconds=1), job_id="o")
-    # Daily, at the hour twelve hours ahead: no other slot of it can fall due during the
-    # test (an hourly one set a minute back had its next slot due too in the first minute
-    # of an hour, and the missed-slot policy "once" ran that one instead).
-    upcoming = timezone.now().replace(minute=0, second=0, microsecond=0) + timedelta(hours=12)
-    daily = scheduling.schedule_periodic(RECORD, f"*-*-* {upcoming:%H}:00:00", tz="UTC", job_id="d")
-    slot = upcoming - timedelta(days=1)
-    PeriodicTask.objects.filter(pk=daily).update(nextrun=slot)  # its last occurrence is due
+    daily, slot = due_daily_job(RECORD, "d")  # no other slot of it falls due meanwhile
     later = scheduling.schedule_one_time(RECORD, timezone.now() + timedelta(hours=1), job_id="l")
     queue.push("work", "t")
     assert run(make_node(topics=[JOBS_TOPIC, "work"])) == 0

@@ -19,6 +19,7 @@ from django_tasks_coord import queue, scheduling, topics
 from django_tasks_coord.enums import TaskState
 from django_tasks_coord.models import Owner, PeriodicTask, Task
 from django_tasks_coord.scheduling import JOBS_TOPIC
+from tests.node.conftest import due_daily_job
 from tests.processes import Output, runscheduler, wait_for
 from tests.testapp.models import Run
 
@@ -75,9 +76,7 @@ def test_burst_runs_a_due_one_time_job_then_exits():
 def test_burst_runs_due_queue_tasks_and_a_due_periodic_slot(work_topic_registered):
     topics.register_internal_topic(JOBS_TOPIC)
     queue.push_many("work", [(f"t{i}", {}) for i in range(20)])
-    job_id = scheduling.schedule_periodic(RECORD, "hourly", job_id="hourly")
-    slot = timezone.now().replace(microsecond=0) - timedelta(seconds=1)
-    PeriodicTask.objects.filter(pk=job_id).update(nextrun=slot)  # its slot is due now
+    job_id, slot = due_daily_job(RECORD, "daily")  # its last slot is due, no other meanwhile
     output = burst("--workers", "4")
     assert exited_after_last_run(output) < PROMPT
     assert Run.objects.filter(topic="work").count() == 20

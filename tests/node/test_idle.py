@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from datetime import datetime, timedelta
 from types import SimpleNamespace
 
@@ -17,7 +18,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from django_tasks_coord import coordination, db, queue
+from django_tasks_coord import coordination, db, flow, queue
 from django_tasks_coord.coordination import Lease
 from django_tasks_coord.exceptions import ConfigurationError
 from django_tasks_coord.node import Node, NodeConfig
@@ -26,6 +27,7 @@ from django_tasks_coord.node.backoff import IdleBackoff
 from django_tasks_coord.node.duty import run_loop
 from django_tasks_coord.node.leadership import Leadership
 from django_tasks_coord.scheduling import scheduler
+from django_tasks_coord.store import flow as flow_claims
 
 # --- the back-off itself --------------------------------------------------------------------
 
@@ -135,6 +137,13 @@ def idle_node(
     return node
 
 
+def registered(node: Node) -> Node:
+    """``node`` under an owner row of its own (its claims write it)."""
+    node.owner = queue.register_owner("n1")
+    node.state.claims.registered(node.owner, node.state.claims.now())
+    return node
+
+
 def stop_after(node: Node, rounds: int):
     def on_wait(n: int) -> None:
         if n >= rounds:
@@ -204,6 +213,50 @@ def test_an_idle_dispatcher_still_wakes_for_a_delayed_task(monkeypatch):
         node.dispatcher.backoff.idle()  # waits 8 s now
     queue.push("work", "later", execute_at=timezone.now() + timedelta(seconds=3))
     assert 2.0 < node.dispatcher.idle_timeout() <= 3.0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_old_held_back_entry_does_not_keep_an_idle_dispatcher_polling():
+    """A topic a rate held back once and unlimited since keeps its entry (its claims no longer
+    note anything): the dispatcher waits its idle wait, not 0 s round after round."""
+    queue.register_topic("work")
+    flow.set_limits("work", rate="1/h")
+    queue.push_many("work", [("a", None), ("b", None)])
+    assert len(queue.poll("work", 2)) == 1
+    assert queue.poll("work", 2) == []  # held back: noted
+    flow.set_limits("work")  # unlimited since
+    assert len(queue.poll("work", 2)) == 1  # nothing is left
+    flow_claims._held_back["work"] -= 7200  # as if noted two hours ago: long past
+    node = registered(idle_node())
+    node.dispatcher.refresh_topics()
+    assert node.dispatcher.topics == ["work"]
+    for _ in range(3):
+        assert node.dispatcher.claim_round() == 0
+        assert node.dispatcher.idle_timeout() == 1.0  # the idle wait (POLL_INTERVAL)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_round_held_back_by_a_rate_looks_again_when_its_window_moves_on(monkeypatch):
+    """The dispatcher's own claim noted a moment: it waits until then, at least
+    RECHECK_AFTER even if the moment passed before it read it (no round at 0 s)."""
+    queue.register_topic("work")
+    flow.set_limits("work", rate="1/m")
+    queue.push_many("work", [("a", None), ("b", None)])
+    node = registered(idle_node(max_poll_interval=600.0, poll_interval=600.0))
+    node.dispatcher.refresh_topics()
+    node.dispatcher.submit = lambda tasks: None  # type: ignore[method-assign]
+    assert node.dispatcher.claim_round() == 1
+    assert node.dispatcher.claim_round() == 0  # held back for up to a minute
+    assert 50 < node.dispatcher.idle_timeout() <= 60
+    note = flow_claims._note_held_back
+    monkeypatch.setattr(  # every held-back claim notes a moment 1 ms after it began
+        flow_claims,
+        "_note_held_back",
+        lambda topic, seconds, since: note(topic, seconds and 0.001, since),
+    )
+    assert node.dispatcher.claim_round() == 0
+    time.sleep(0.005)  # the noted moment has passed
+    assert node.dispatcher.idle_timeout() == flow_claims.RECHECK_AFTER
 
 
 # --- the scheduler --------------------------------------------------------------------------
