@@ -22,12 +22,28 @@ process(es), start-up and exit included. Ratios are taken per round, then their 
 Targets (issue 20), PostgreSQL: our drain with the defaults >= 3,000 tasks/s and >= 5x
 django-tasks-db at its best settings.
 
+``--enqueue-only`` measures the enqueue alone, in three modes (``--modes``), each paired in
+the same round with its peer (which of the two goes first alternates from round to round):
+
+- **single**: ``--tasks`` ``noop.enqueue()`` calls, each autocommitted, beside
+  django-tasks-db's;
+- **atomic**: the same calls inside one ``transaction.atomic()`` block (its commit timed),
+  beside django-tasks-db's;
+- **bulk**: ``--bulk-tasks`` calls as our ``noop.enqueue_many`` of ``--batch`` (1,000)
+  calls each, beside procrastinate's ``batch_defer`` of as many jobs (PostgreSQL only;
+  the helper times its own defers, its start-up excluded).
+
+Targets (issue 20), PostgreSQL: a single ``.enqueue()`` >= 1.5x django-tasks-db's; the bulk
+enqueue >= 20,000 tasks/s.
+
 Usage::
 
     ./run bench django_tasks
     python -m benchmarks.django_tasks --databases postgres --tasks 10000 --repeat 3
+    python -m benchmarks.django_tasks --enqueue-only --databases postgres --repeat 3
 
-Results: ``benchmarks/results/django_tasks.json`` and ``benchmarks/results/django_tasks.md``.
+Results: ``benchmarks/results/django_tasks.json`` and ``benchmarks/results/django_tasks.md``;
+with ``--enqueue-only``, ``benchmarks/results/django_tasks_enqueue.{json,md}``.
 Reuses ``benchmarks/throughput.py``'s helpers (servers, processes, the peers).
 """
 
@@ -61,6 +77,14 @@ PROCRASTINATE_DB = "bench_django_tasks_procrastinate"
 PEER_TIME_BOX = 60.0
 OURS_DEFAULT = "ours, defaults"
 OURS_TUNED = "ours, documented tuning"
+#: The modes of ``--enqueue-only``: each one's title, our unit, and its peer.
+ENQUEUE_MODES = {
+    "single": ("One `.enqueue()` per call (autocommit)", "calls/s", tp.TASKS_DB),
+    "atomic": ("Every `.enqueue()` inside one `atomic` block", "calls/s", tp.TASKS_DB),
+    "bulk": ("Bulk: `enqueue_many` against `batch_defer`", "tasks/s", tp.PROCRASTINATE),
+}
+#: The calls of one ``enqueue_many`` (and the jobs of one ``batch_defer``) in the bulk mode.
+BATCH = 1000
 #: The tuning docs/howto/production.md documents for many short tasks (see its
 #: "Throughput" bullet); measured here beside the defaults so that the docs stay honest.
 TUNED = {"BATCH_SIZE": 500}
@@ -100,8 +124,14 @@ def migrate_ours(vendor: str) -> None:
     call_command("migrate", database=tp.alias_of(vendor, OURS_DB), verbosity=0)
 
 
-def enqueue_ours(vendor: str, count: int) -> float:
-    """Empty our task table, then time ``count`` ``noop.enqueue()`` calls; return seconds."""
+def enqueue_ours(vendor: str, count: int, mode: str = "single", batch: int = BATCH) -> float:
+    """Empty our task table, then time ``count`` ``noop.enqueue()`` calls; return seconds.
+
+    ``mode``: ``single``, each call autocommitted; ``atomic``, all of them inside one
+    ``atomic`` block (its commit timed too); ``bulk``, ``noop.enqueue_many`` of ``batch``
+    calls at a time.
+    """
+    from django.db import transaction
     from django.test.utils import override_settings
 
     from django_tasks_coord import queue
@@ -115,11 +145,24 @@ def enqueue_ours(vendor: str, count: int) -> float:
 
         Task.objects.using(alias).all().delete()
         Owner.objects.using(alias).all().delete()
-        noop.enqueue()  # the first call registers the topic; not timed
+        calls = [((), {})] * batch
+        # The first call registers the topic (and builds the mode's statement); not timed.
+        if mode == "bulk":
+            noop.enqueue_many(calls[:2])
+        else:
+            noop.enqueue()
         Task.objects.using(alias).all().delete()
         started = time.perf_counter()
-        for _ in range(count):
-            noop.enqueue()
+        if mode == "bulk":
+            for start in range(0, count, batch):
+                noop.enqueue_many(calls[: count - start])
+        elif mode == "atomic":
+            with transaction.atomic(using=alias):
+                for _ in range(count):
+                    noop.enqueue()
+        else:
+            for _ in range(count):
+                noop.enqueue()
         elapsed = time.perf_counter() - started
     tidy(alias, Task._meta.db_table)
     return elapsed
@@ -172,14 +215,21 @@ def drain_ours(vendor: str, count: int, settings: dict[str, Any]) -> tp.Drain:
     return tp.drain_from([(row["done"], row["first"], row["last"])], wall, count, what)
 
 
-def enqueue_tasks_db(peers: tp.Peers, vendor: str, count: int) -> float:
-    """Time ``count`` ``noop.enqueue()`` calls of django-tasks-db (its virtualenv); seconds."""
+def enqueue_tasks_db(peers: tp.Peers, vendor: str, count: int, mode: str = "single") -> float:
+    """Time ``count`` ``noop.enqueue()`` calls of django-tasks-db (its virtualenv), each
+    autocommitted or (``mode`` ``atomic``) all in one ``atomic`` block; seconds."""
     env = tp.django_env(database(vendor, TASKS_DB_DB), system="tasks_db")
     if f"tasks_db-{vendor}" not in peers._ready:
         create_database(database(vendor, TASKS_DB_DB))
         tp.run([peers.python, "-m", "benchmarks.benchapp.peers", "tasks_db", "migrate"], env)
         peers._ready.add(f"tasks_db-{vendor}")
-    _, output = tp.run([peers.python, "-m", "benchmarks.benchapp.tasks_db_enqueue", count], env)
+    cmd = [peers.python, "-m", "benchmarks.benchapp.tasks_db_enqueue", count]
+    _, output = tp.run([*cmd, *(["--atomic"] if mode == "atomic" else [])], env)
+    return seconds_of(output)
+
+
+def seconds_of(output: str) -> float:
+    """The ``{"seconds": ...}`` a timing helper printed last."""
     seconds: float = json.loads(output.strip().splitlines()[-1])["seconds"]
     return seconds
 
@@ -209,16 +259,6 @@ def run_all(args: argparse.Namespace, vendors: list[str]) -> dict[str, Any]:
         for round_ in range(args.repeat):
             seconds = enqueue_ours(vendor, args.tasks)
             enqueues[OURS_DEFAULT].append(args.tasks / seconds)
-            if args.enqueue_only:
-                enqueues[tp.TASKS_DB].append(
-                    args.tasks / enqueue_tasks_db(peers, vendor, args.tasks)
-                )
-                print(
-                    f"{vendor} round {round_}: enqueue ours {enqueues[OURS_DEFAULT][-1]:,.0f}/s, "
-                    f"django-tasks-db {enqueues[tp.TASKS_DB][-1]:,.0f}/s",
-                    flush=True,
-                )
-                continue
             measured(drains, vendor, OURS_DEFAULT, drain_ours(vendor, args.tasks, {}), round_)
             fill_ours(vendor, args.tasks)
             measured(drains, vendor, OURS_TUNED, drain_ours(vendor, args.tasks, TUNED), round_)
@@ -228,9 +268,6 @@ def run_all(args: argparse.Namespace, vendors: list[str]) -> dict[str, Any]:
                     continue
                 drain = peers.drain(vendor, setup, args.tasks)
                 measured(drains, vendor, setup.label, drain, round_)
-        if args.enqueue_only:
-            results[vendor] = {"enqueue_per_s": enqueue_figures(enqueues)}
-            continue
         results[vendor] = {
             "drain": {name: tp.median_of(values) for name, values in drains.items()},
             "enqueue_per_s": {
@@ -242,55 +279,119 @@ def run_all(args: argparse.Namespace, vendors: list[str]) -> dict[str, Any]:
     return {"results": results, "peer_versions": peers.versions}
 
 
-def enqueue_figures(enqueues: dict[str, list[float]]) -> dict[str, Any]:
-    """Each system's median enqueue rate, and ours over django-tasks-db's, per round then
-    their median (the ratio of each round's pair, both measured in that round)."""
-    ours, peer = enqueues[OURS_DEFAULT], enqueues[tp.TASKS_DB]
+def run_enqueues(args: argparse.Namespace, vendors: list[str]) -> dict[str, Any]:
+    """``--enqueue-only``: each round runs every mode of ``args.modes`` on each database, ours
+    and its peer one after the other (which goes first alternates from round to round)."""
+    peers = tp.Peers(TASKS_DB_DB, PEER_TIME_BOX, PROCRASTINATE_DB)
+    results: dict[str, Any] = {}
+    for vendor in vendors:
+        migrate_ours(vendor)
+        modes = [m for m in args.modes if m != "bulk" or vendor == "postgres" or args.bulk_alone]
+        rates: dict[str, dict[str, list[float]]] = {m: {"ours": [], "peer": []} for m in modes}
+        for round_ in range(args.repeat):
+            for mode in modes:
+                count = args.bulk_tasks if mode == "bulk" else args.tasks
+                runs = {
+                    "ours": lambda: enqueue_ours(vendor, count, mode, args.batch),  # noqa: B023
+                    "peer": lambda: peer_seconds(peers, vendor, count, mode),  # noqa: B023
+                }
+                for side in sorted(runs, reverse=bool(round_ % 2)):  # ours first in round 0
+                    if side == "peer" and mode == "bulk" and vendor != "postgres":
+                        continue  # procrastinate runs on PostgreSQL only
+                    rates[mode][side].append(count / runs[side]())
+                print(
+                    f"{vendor} round {round_} {mode}: "
+                    + ", ".join(f"{side} {r[-1]:,.0f}/s" for side, r in rates[mode].items() if r),
+                    flush=True,
+                )
+        results[vendor] = {mode: enqueue_figures(rates[mode]) for mode in modes}
+    return {"results": results, "peer_versions": peers.versions}
+
+
+def peer_seconds(peers: tp.Peers, vendor: str, count: int, mode: str) -> float:
+    """The peer of ``mode``'s seconds for ``count`` calls: django-tasks-db's ``.enqueue()``
+    calls (single, atomic), procrastinate's defers (bulk)."""
+    if mode == "bulk":
+        return peers.procrastinate_defer(count)
+    return enqueue_tasks_db(peers, vendor, count, mode)
+
+
+def enqueue_figures(rates: dict[str, list[float]]) -> dict[str, Any]:
+    """Ours and the peer's median rate, the ratio of each round's pair (both measured in that
+    round), and those ratios' median (None without a peer)."""
+    ours, peer = rates["ours"], rates["peer"]
+    ratios = [o / p for o, p in zip(ours, peer, strict=True)] if peer else []
     return {
-        OURS_DEFAULT: round(statistics.median(ours)),
-        tp.TASKS_DB: round(statistics.median(peer)),
-        "rounds": {OURS_DEFAULT: [round(r) for r in ours], tp.TASKS_DB: [round(r) for r in peer]},
-        "ratio": round(statistics.median(o / p for o, p in zip(ours, peer, strict=True)), 2),
+        "ours": round(statistics.median(ours)),
+        "peer": round(statistics.median(peer)) if peer else None,
+        "rounds": {"ours": [round(r) for r in ours], "peer": [round(r) for r in peer]},
+        "ratios": [round(r, 2) for r in ratios],
+        "ratio": round(statistics.median(ratios), 2) if ratios else None,
     }
 
 
 def enqueue_markdown(data: dict[str, Any], meta: dict[str, Any]) -> str:
-    """The report of an ``--enqueue-only`` run."""
+    """The report of an ``--enqueue-only`` run: a table per mode."""
+    versions = data["peer_versions"]
+    peers = {
+        tp.TASKS_DB: f"django-tasks-db {versions.get('django-tasks-db', '?')}",
+        tp.PROCRASTINATE: f"procrastinate {versions.get('procrastinate', '?')}",
+    }
     lines = [
-        "# `django.tasks` enqueue: this project's backend beside django-tasks-db",
+        "# `django.tasks` enqueue: this project's backend beside django-tasks-db and procrastinate",
         "",
-        f"{meta['tasks']:,} `noop.enqueue()` calls per system and round, one call (one "
-        f"autocommitted insert) per task; median of {meta['repeat']} interleaved round(s), "
-        f"ratios per round then their median. {meta['machine']} (load average "
-        f"{meta['load_average']}); revision {meta['revision']}; {meta['date']}.",
-        "",
-        "| database | ours (calls/s) | django-tasks-db (calls/s) | ours / django-tasks-db | "
-        "rounds (ours; django-tasks-db) |",
-        "| --- | ---: | ---: | ---: | --- |",
+        f"{meta['tasks']:,} `noop.enqueue()` calls per system, mode and round (bulk: "
+        f"{meta['bulk_tasks']:,} calls, {meta['batch']:,} per call); medians of "
+        f"{meta['repeat']} interleaved round(s), each pair in the same round; ratios per round, "
+        f"then their median. {meta['machine']}; load average {meta['load_average']} at the "
+        f"start, {meta['load_average_end']} at the end; revision {meta['revision']}; "
+        f"{meta['date']}.",
     ]
-    for vendor, figures in data["results"].items():
-        e = figures["enqueue_per_s"]
-        rounds = "; ".join(
-            ", ".join(f"{r:,}" for r in e["rounds"][name]) for name in (OURS_DEFAULT, tp.TASKS_DB)
-        )
-        lines.append(
-            f"| {LABELS[vendor]} | {e[OURS_DEFAULT]:,} | {e[tp.TASKS_DB]:,} | "
-            f"{e['ratio']:.2f}x | {rounds} |"
-        )
-    pg = data["results"].get("postgres")
-    if pg:
-        ratio = pg["enqueue_per_s"]["ratio"]
+    for mode, (title, unit, peer) in ENQUEUE_MODES.items():
+        rows = [(v, f[mode]) for v, f in data["results"].items() if mode in f]
+        if not rows:
+            continue
         lines += [
             "",
-            "Target (issue 20): single `.enqueue()` on PostgreSQL >= 1.5x django-tasks-db: "
-            f"{ratio:.2f}x ({'met' if ratio >= 1.5 else 'NOT met'}).",
+            f"## {title}, beside {peers[peer]}",
+            "",
+            f"| database | ours ({unit}) | peer ({unit}) | ours / peer | ratio per round | "
+            "rounds (ours; peer) |",
+            "| --- | ---: | ---: | ---: | --- | --- |",
         ]
+        for vendor, e in rows:
+            rounds = "; ".join(
+                ", ".join(f"{r:,}" for r in e["rounds"][s]) for s in ("ours", "peer")
+            )
+            peer_rate = "-" if e["peer"] is None else f"{e['peer']:,}"
+            ratio = "-" if e["ratio"] is None else f"{e['ratio']:.2f}x"
+            per_round = ", ".join(f"{r:.2f}" for r in e["ratios"]) or "-"
+            lines.append(
+                f"| {LABELS[vendor]} | {e['ours']:,} | {peer_rate} | {ratio} | {per_round} | "
+                f"{rounds} |"
+            )
+    pg = data["results"].get("postgres", {})
+    lines += ["", "## Targets (issue 20), PostgreSQL", ""]
+    if pg.get("single", {}).get("ratio") is not None:
+        ratio = pg["single"]["ratio"]
+        lines.append(
+            f"- single `.enqueue()` >= 1.5x django-tasks-db: {ratio:.2f}x "
+            f"({'met' if ratio >= 1.5 else 'NOT met'})."
+        )
+    if "bulk" in pg:
+        rate = pg["bulk"]["ours"]
+        lines.append(
+            f"- bulk `@task` enqueue >= 20,000 tasks/s: {rate:,} "
+            f"({'met' if rate >= 20_000 else 'NOT met'})."
+        )
     lines += [
         "",
-        "How: ours with `DatabaseBackend` in this process; django-tasks-db "
-        f"{data['peer_versions'].get('django-tasks-db', '?')} in its own process "
-        "(`benchmarks.benchapp.tasks_db_enqueue`), on a database of its own on the same "
-        "server; rate: calls / seconds of the calling loop. "
+        "How: ours with `DatabaseBackend` in this process (one untimed call first registers the "
+        "topic); django-tasks-db in its own process (`benchmarks.benchapp.tasks_db_enqueue`, "
+        "`--atomic` for the atomic mode), on a database of its own on the same server; "
+        "procrastinate's `batch_defer` in its own process (`benchmarks.benchapp.peers "
+        "procrastinate enqueue`), timed by that process, its app's start-up excluded. Rate: "
+        "calls (bulk: tasks) / seconds of the calling loop, an atomic block's commit included. "
         "`python -m benchmarks.django_tasks --enqueue-only`.",
         "",
     ]
@@ -380,21 +481,39 @@ def main() -> None:
         action="store_true",
         help="only the enqueue comparison (no drains); results in django_tasks_enqueue.*",
     )
+    parser.add_argument(
+        "--modes",
+        default=",".join(ENQUEUE_MODES),
+        help="with --enqueue-only: the modes to run (single, atomic, bulk)",
+    )
+    parser.add_argument("--bulk-tasks", type=int, default=20_000, help="calls of the bulk mode")
+    parser.add_argument("--batch", type=int, default=BATCH, help="calls per enqueue_many")
+    parser.add_argument(
+        "--bulk-alone",
+        action="store_true",
+        help="run the bulk mode off PostgreSQL too (ours alone: procrastinate needs PostgreSQL)",
+    )
     args = parser.parse_args()
+    args.modes = [m for m in args.modes.split(",") if m]
+    if unknown := set(args.modes) - set(ENQUEUE_MODES):
+        parser.error(f"unknown modes: {', '.join(sorted(unknown))}")
     vendors = [v for v in args.databases.split(",") if v]
     vendors = [v for v in vendors if v == "sqlite" or tp.reachable(v)]
     configure(vendors)
-    data = run_all(args, vendors)
+    load_at_start = load_average()
+    data = run_enqueues(args, vendors) if args.enqueue_only else run_all(args, vendors)
     meta = {
         "tasks": args.tasks,
         "repeat": args.repeat,
         "machine": machine(),
-        "load_average": load_average(),
+        "load_average": load_at_start,
+        "load_average_end": load_average(),
         "revision": git_revision(),
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "tuned": TUNED,
     }
     if args.enqueue_only:
+        meta.update(modes=args.modes, bulk_tasks=args.bulk_tasks, batch=args.batch)
         write_report(
             "django_tasks_enqueue", {"meta": meta, **data}, lambda: enqueue_markdown(data, meta)
         )

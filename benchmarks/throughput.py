@@ -433,22 +433,35 @@ class Peers:
         )
         return drain_from(rows, wall, count, "db_worker", partial=True)
 
-    def procrastinate(self, count: int, concurrency: int = PROCRASTINATE_CONCURRENCY) -> Drain:
-        """Defer ``count`` no-op jobs, then run one worker (``concurrency``) until none is left."""
+    def _procrastinate_env(self) -> dict[str, str]:
+        """The environment of procrastinate's processes: its database's libpq DSN."""
         config = database("postgres", self.procrastinate_name)
-        env = subprocess_env(
+        return subprocess_env(
             None,
             BENCH_PROCRASTINATE_DSN=(
                 f"host={config['HOST']} port={config['PORT']} user={config['USER']} "
                 f"dbname={config['NAME']}"
             ),
         )
+
+    def procrastinate_defer(self, count: int) -> float:
+        """Empty procrastinate's queue and defer ``count`` no-op jobs (``batch_defer``, 1,000
+        at a time; its database and schema made on first use); the seconds the defers took,
+        as the helper timed them (its start-up excluded)."""
+        env = self._procrastinate_env()
         helper = [self.python, "-m", "benchmarks.benchapp.peers", "procrastinate"]
         if "procrastinate" not in self._ready:
-            create_database(config)
+            create_database(database("postgres", self.procrastinate_name))
             run([*helper, "schema"], env)
             self._ready.add("procrastinate")
-        run([*helper, "enqueue", count], env)
+        _, output = run([*helper, "enqueue", count], env)
+        seconds: float = json.loads(output.strip().splitlines()[-1])["seconds"]
+        return seconds
+
+    def procrastinate(self, count: int, concurrency: int = PROCRASTINATE_CONCURRENCY) -> Drain:
+        """Defer ``count`` no-op jobs, then run one worker (``concurrency``) until none is left."""
+        self.procrastinate_defer(count)
+        env = self._procrastinate_env()
         alias = alias_of("postgres", self.procrastinate_name)
         tidy(alias, "procrastinate_jobs")
         worker = [

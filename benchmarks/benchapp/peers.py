@@ -6,7 +6,7 @@ project's own environment)::
     python -m benchmarks.benchapp.peers tasks_db migrate
     python -m benchmarks.benchapp.peers tasks_db enqueue 10000
     python -m benchmarks.benchapp.peers procrastinate schema
-    python -m benchmarks.benchapp.peers procrastinate enqueue 10000
+    python -m benchmarks.benchapp.peers procrastinate enqueue 10000   # prints its seconds
 
 ``tasks_db`` needs ``DJANGO_SETTINGS_MODULE=benchmarks.settings``,
 ``BENCH_SYSTEM=tasks_db`` and ``BENCH_DATABASE``; ``procrastinate`` needs
@@ -17,7 +17,9 @@ enqueues, so every run starts from the same state.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import time
 
 CHUNK = 1000
 
@@ -78,7 +80,9 @@ def procrastinate_schema() -> None:
 
 
 def procrastinate_enqueue(count: int) -> None:
-    """Empty procrastinate's tables, then defer ``count`` no-op jobs with ``batch_defer``."""
+    """Empty procrastinate's tables, then defer ``count`` no-op jobs with ``batch_defer``,
+    ``CHUNK`` per call; print the seconds the defers took as JSON (``{"seconds": ...}``:
+    the app's start-up, its connection pool opened, is not part of them)."""
     import psycopg
 
     from benchmarks.benchapp.procrastinate_app import app, noop
@@ -89,8 +93,11 @@ def procrastinate_enqueue(count: int) -> None:
             "procrastinate_workers RESTART IDENTITY CASCADE"
         )
     with app.open():
+        started = time.perf_counter()
         for start in range(0, count, CHUNK):
             noop.batch_defer(*({} for _ in range(start, min(count, start + CHUNK))))
+        seconds = time.perf_counter() - started
+    print(json.dumps({"seconds": seconds}))
 
 
 def main() -> None:

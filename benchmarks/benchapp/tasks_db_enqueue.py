@@ -1,35 +1,47 @@
 """Timed ``.enqueue()`` calls for django-tasks-db, run with the peers' virtualenv's Python.
 
     python -m benchmarks.benchapp.tasks_db_enqueue 10000
+    python -m benchmarks.benchapp.tasks_db_enqueue 10000 --atomic
 
 Needs ``DJANGO_SETTINGS_MODULE=benchmarks.settings``, ``BENCH_SYSTEM=tasks_db`` and
 ``BENCH_DATABASE``. Empties the results table, then calls ``noop.enqueue()`` ``count``
-times, one call (one autocommitted insert) each, as an application would; prints the
-seconds the calls took as JSON.
+times, as an application would: one call (one autocommitted insert) each, or with
+``--atomic`` every call inside one ``transaction.atomic()`` block (its commit timed too);
+prints the seconds the calls took as JSON.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 import time
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("count", type=int)
+    parser.add_argument("--atomic", action="store_true", help="all calls in one atomic block")
+    args = parser.parse_args()
+
     import django
 
     django.setup()
+    from django.db import transaction
     from django_tasks_db.models import DBTaskResult
 
     from benchmarks.benchapp.peer_tasks import noop
 
-    count = int(sys.argv[1])
     DBTaskResult.objects.all().delete()
     noop.enqueue()  # the first call sets the backend up; not timed
     DBTaskResult.objects.all().delete()
     started = time.perf_counter()
-    for _ in range(count):
-        noop.enqueue()
+    if args.atomic:
+        with transaction.atomic():
+            for _ in range(args.count):
+                noop.enqueue()
+    else:
+        for _ in range(args.count):
+            noop.enqueue()
     print(json.dumps({"seconds": time.perf_counter() - started}))
 
 

@@ -34,7 +34,7 @@ from django.utils import timezone
 from django_tasks_coord import db, flow, topics, tracing
 from django_tasks_coord.enums import IN_FLIGHT, Insertion, TaskState
 from django_tasks_coord.models import Task, Topic
-from django_tasks_coord.models.inserts import InsertStatement, from_arrays
+from django_tasks_coord.models.inserts import InsertStatement, from_arrays, from_values
 from django_tasks_coord.store import checkpoints
 
 __all__ = ["append", "insert", "push"]
@@ -96,7 +96,9 @@ def append(
     the columns and ``defaults`` that all rows share are sent once, the identifiers,
     payloads (and traceparents, when traced; the rows' limit keys,
     :mod:`django_tasks_coord.flow`, where they differ) as arrays
-    (:func:`~django_tasks_coord.models.inserts.from_arrays`); elsewhere :func:`push`.
+    (:func:`~django_tasks_coord.models.inserts.from_arrays`); a single row is one
+    ``INSERT ... VALUES`` of the same columns, its payload merged here
+    (:func:`~django_tasks_coord.models.inserts.from_values`); elsewhere :func:`push`.
     Announced like it; ``IntegrityError`` if ``topic`` does not exist.
     """
     using = using or db.alias()
@@ -121,17 +123,38 @@ def append(
         traced = any(spans.traceparents)
         dumped = json.dumps(defaults) if defaults else None
         shared_by = (topic, priority, execute_at, handler, dumped)
-        sql, shared = _append_sql(using, type(conn).__module__, traced, *shared_by, key, keyed)
+        one = len(rows) == 1
+        sql, shared = _append_sql(using, type(conn).__module__, traced, *shared_by, key, keyed, one)
         params = [
             *shared,
-            [identifier for identifier, _ in rows],
-            [None if payload is None else json.dumps(payload) for _, payload in rows],
-            *([keys] if keyed else []),
-            *([spans.traceparents] if traced else []),
+            *_varying(rows, defaults, keys if keyed else None, spans.traceparents, traced),
         ]
         found = _rows_announced(conn, sql, params, [topic], key=0)
         spans.sequences = [row[0] for row in found]
     return [row[1] for row in found]
+
+
+def _varying(
+    rows: Sequence[tuple[str, Any]],
+    defaults: dict[str, Any] | None,
+    keys: list[str] | None,
+    traceparents: list[str | None],
+    traced: bool,
+) -> list[Any]:
+    """The parameters of :func:`append`'s statement that vary from row to row, in the order
+    of its varying fields (:func:`_append_sql`): the identifiers, the payloads as JSON, the
+    limit keys (unless None: shared) and the traceparents (when ``traced``). For several
+    rows one array per field (the statement merges ``defaults`` into the payloads); for
+    one row its values, its payload merged here."""
+    one = len(rows) == 1
+    payloads = [_merged(defaults, payload) if one else payload for _, payload in rows]
+    columns: list[list[Any]] = [
+        [identifier for identifier, _ in rows],
+        [None if payload is None else json.dumps(payload) for payload in payloads],
+        *([keys] if keys is not None else []),
+        *([traceparents] if traced else []),
+    ]
+    return [column[0] for column in columns] if one else columns
 
 
 @functools.lru_cache(maxsize=256)
@@ -146,12 +169,14 @@ def _append_sql(
     defaults: str | None,
     concurrency_key: str = "",
     keyed: bool = False,
+    one: bool = False,
 ) -> tuple[str, tuple[Any, ...]]:
     """:func:`append`'s statement and shared parameters for these shared values (``defaults``
     as JSON) on the database ``using`` (``wrapper``: its backend's module), with the
     traceparents as a column or without, and the limit keys (``keyed``) as a column or
     ``concurrency_key`` shared: kept, so that the enqueues of one task to one queue
-    prepare them once."""
+    prepare them once. For ``one`` row, ``INSERT ... VALUES`` (its payload is merged with
+    ``defaults`` by the caller); else ``UNNEST``."""
     template = Task(
         topic_id=topic,
         identifier="",
@@ -167,9 +192,12 @@ def _append_sql(
         *(("concurrency_key",) if keyed else ()),
         *(("traceparent",) if traced else ()),
     )
-    merged = ("payload",) if defaults is not None else ()
     returning = ("sequence", "created_at")
-    sql, shared = from_arrays(Task, template, varying, returning, using, merged=merged)
+    if one:
+        sql, shared = from_values(Task, template, varying, returning, using)
+    else:
+        merged = ("payload",) if defaults is not None else ()
+        sql, shared = from_arrays(Task, template, varying, returning, using, merged=merged)
     return sql, tuple(shared)
 
 

@@ -131,3 +131,34 @@ def test_append_to_a_missing_topic_inside_a_transaction_leaves_it_usable(topic):
             store_insert.append("nope", [("a", {"x": 1})])
         store_insert.append("jobs", [("b", {"x": 2})])
     assert list(Task.objects.values_list("topic_id", "identifier")) == [("jobs", "b")]
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["no limit key", "limit key"])
+def test_a_one_row_append_writes_the_row_a_many_row_append_writes(topic, keyed):
+    from django.test.utils import CaptureQueriesContext
+
+    from django_tasks_coord import flow
+
+    if keyed:  # the one row's key is shared; the two rows' keys differ: a column of its own
+        flow.set_limits("jobs", concurrency=2, key="payload.tenant")
+    shared = {
+        "defaults": {"a": 1, "b": 2, "tenant": "t0"},
+        "priority": 4,
+        "execute_at": WHEN,
+        "handler": "tests.queue.handler",
+    }
+    for payload in ({"b": 3, "tenant": "t1"}, None, {}):
+        Task.objects.all().delete()
+        with CaptureQueriesContext(connection) as one:
+            store_insert.append("jobs", [("x", payload)], **shared)
+        store_insert.append("jobs", [("x", payload), ("y", {"tenant": "t2"})], **shared)
+        rows = list(Task.objects.filter(identifier="x").order_by("sequence").values())
+        for row in rows:  # what two inserts of one row must not share
+            del row["sequence"], row["created_at"]
+        assert rows[0] == rows[1]
+        assert rows[0]["payload"] == (
+            None if payload is None else {**shared["defaults"], **payload}
+        )
+        if connection.vendor == "postgresql":
+            assert " VALUES " in one.captured_queries[-1]["sql"]
+            assert "UNNEST" not in one.captured_queries[-1]["sql"]
