@@ -272,3 +272,34 @@ def upsert_clause(
     return f" ON CONFLICT ({keys}) DO UPDATE SET " + ", ".join(
         f"{quote(c)} = EXCLUDED.{quote(c)}" for c in columns
     )
+
+
+# --- text comparison -----------------------------------------------------------------------
+
+#: Collations under which MariaDB/MySQL compare text byte for byte, trailing spaces included,
+#: best first: MariaDB's (10.2+) and MySQL's (8.0.17+). ``utf8mb4_bin`` is binary but PAD
+#: SPACE: "a" and "a " are equal there, one unique key.
+_BINARY_NO_PAD = ("utf8mb4_nopad_bin", "utf8mb4_0900_bin")
+
+
+def binary_collation(conn: BaseDatabaseWrapper) -> str | None:
+    """The collation this package's tables must have for identifiers, topic names, keys and
+    names to compare as the code compares them (case, accents and trailing spaces count), or
+    None where the tables compare text that way already (PostgreSQL's deterministic default
+    collations, SQLite's BINARY).
+
+    MariaDB/MySQL: a new table takes the database's default collation, case-blind by default
+    (``utf8mb4_general_ci``, ``utf8mb4_uca1400_ai_ci``, ``utf8mb4_0900_ai_ci``), so "Order-1"
+    and "order-1" were one identifier. The first of :data:`_BINARY_NO_PAD` the server has
+    (``utf8mb4_bin`` on a server with neither: binary, but trailing spaces ignored).
+    """
+    if conn.vendor != _MYSQL:
+        return None
+    with conn.cursor() as cursor:
+        cursor.execute(
+            "SELECT COLLATION_NAME FROM information_schema.COLLATIONS WHERE COLLATION_NAME IN "
+            f"({', '.join(['%s'] * len(_BINARY_NO_PAD))})",
+            _BINARY_NO_PAD,
+        )
+        found = {row[0] for row in cursor.fetchall()}
+    return next((name for name in _BINARY_NO_PAD if name in found), "utf8mb4_bin")

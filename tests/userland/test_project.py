@@ -1,7 +1,8 @@
 """The package in a user's own ``startproject`` project (see ``conftest.py``).
 
 - The project's own test suite (``shop/tests.py``, a ``TransactionTestCase`` that
-  enqueues a ``@task`` and pushes to a topic in two tests) passes under ``manage.py test``.
+  enqueues a ``@task`` and pushes to a topic in two tests, and tells identifiers apart by
+  case in a database of the server's default collation) passes under ``manage.py test``.
 - ``manage.py runscheduler --burst`` runs a one-time job that is due, then exits.
 """
 
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.userland
 
 def test_the_users_transaction_test_cases_pass(project: Project):
     done = project.manage("test", "shop", "--noinput", "-v", "2", timeout=300)
-    assert "Ran 2 tests" in done.stderr, done.stderr
+    assert "Ran 3 tests" in done.stderr, done.stderr
     assert "OK" in done.stderr.splitlines(), done.stderr
 
 

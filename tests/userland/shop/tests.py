@@ -8,6 +8,7 @@ from django.test import TransactionTestCase
 from shop.tasks import send_receipt
 
 from django_tasks_coord import queue
+from django_tasks_coord.enums import Insertion, TaskState
 from django_tasks_coord.models import Task
 
 
@@ -29,3 +30,11 @@ class CheckoutTests(TransactionTestCase):
         result = self.checkout(2)
         self.assertEqual(send_receipt.get_result(result.id).args, [2])
         self.assertEqual(Task.objects.count(), 2)
+
+    def test_order_ids_differing_in_case_are_different_orders(self):
+        # The project's database keeps its server's default collation (case-blind on
+        # MariaDB/MySQL): the package's own tables still tell "Order-1" from "order-1".
+        queue.push("invoices", "Order-1", {"order": 1})
+        queue.push("invoices", "order-1", {"order": 2}, insertion=Insertion.REPLACE)
+        states = dict(Task.objects.values_list("identifier", "state"))
+        self.assertEqual(states, {"Order-1": TaskState.PENDING, "order-1": TaskState.PENDING})
