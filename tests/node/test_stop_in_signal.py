@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import signal
+import subprocess
 import sys
 import threading
 
@@ -24,6 +26,7 @@ from django_tasks_coord.management.commands.runscheduler import StopSignals
 from django_tasks_coord.node import Node, NodeConfig
 from django_tasks_coord.node.stops import StopRequests
 from django_tasks_coord.node.wakeup import StopEvent
+from tests.processes import ROOT
 
 
 class SignaledRaw(io.RawIOBase):
@@ -98,8 +101,9 @@ def test_a_sigterm_during_a_log_flush_stops_the_node_and_its_message_comes_later
     node_logger.info("a second record on its way out")  # SIGTERM again: forced
     assert raw.signals_raised == 2
     assert handler.errors == []  # the handler did not write into the stream it interrupted
-    assert node.state.stopping.is_set()
-    assert node.state.force.is_set()
+    assert node.state.stopping.wait(5)  # set by the stop-signals thread
+    assert node.state.force.wait(5)
+    stop_signals.restore()  # its thread is done with both signals
 
     node.stops.log()  # as the node's shutdown does
     handler.flush()
@@ -127,3 +131,43 @@ def test_stop_requests_set_the_events_at_once_and_log_later_in_order(caplog):
         (logging.INFO, "Stopping: no new claims; running tasks get 5s."),
         (logging.WARNING, "Second stop request: stopping now, releasing running tasks."),
     ]
+
+
+#: Run in a process of its own: made by the handler itself, the request would leave the
+#: process waiting for itself for good.
+_SIGNAL_UNDER_A_HELD_LOCK = """
+import signal
+import django
+django.setup()
+from django_tasks_coord.management.commands.runscheduler import StopSignals
+from django_tasks_coord.node import Node, NodeConfig
+
+signals = StopSignals()
+signals.install()
+node = Node(NodeConfig.from_settings(burst=True, topics=["work"]))
+signals.attach(node)
+wake = node.dispatcher.wake
+with wake._cond:  # the main thread, inside WakeEvent.clear()
+    signal.raise_signal(signal.SIGTERM)  # the handler runs before this returns
+    print("handler returned", flush=True)
+assert node.state.stopping.wait(5) and wake.wait(5)
+signals.restore()
+print("stopped", flush=True)
+"""
+
+
+def test_a_sigterm_while_the_main_thread_holds_a_wake_up_events_lock_stops_the_node():
+    """The dispatcher clears its wake-up event every round, under the event's lock; a stop
+    request sets that event. Made by the handler itself, in the main thread that holds the
+    lock, the request would wait for that thread forever (a ``Lock`` is not reentrant)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _SIGNAL_UNDER_A_HELD_LOCK],
+        cwd=ROOT,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["handler returned", "stopped"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import queue
 import signal
 import sys
 import threading
@@ -51,8 +52,13 @@ class StopSignals:
     Until the node exists (system checks, loading consumers and jobs) a signal is
     remembered, and the command exits cleanly at the next step (:meth:`stop_requested`)
     before registering anything; a second one exits at once (nothing is registered yet).
-    Once the node exists, a signal is its :meth:`~django_tasks_coord.node.Node.request_stop`.
-    The previous handlers come back when the command ends.
+    Once the node exists, a signal is its :meth:`~django_tasks_coord.node.Node.request_stop`,
+    made by a thread of its own (``stop-signals``): the handler runs in the main thread
+    between two bytecodes of whatever it interrupted, which may hold a lock that the request
+    takes (a loop's wake-up event, cleared by the dispatcher every round; a ``Lock`` is not
+    reentrant: the main thread would wait for itself). The handler only hands the signal to
+    that thread through a :class:`queue.SimpleQueue`, whose ``put`` is safe there. The
+    previous handlers come back when the command ends.
     """
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -61,6 +67,8 @@ class StopSignals:
         self.node: Node | None = None
         self.received: int | None = None
         self._previous: dict[int, Any] = {}
+        self._relayed: queue.SimpleQueue[int | None] = queue.SimpleQueue()
+        self._relay: threading.Thread | None = None
 
     def install(self) -> None:
         """Handle the signals (only the main thread can; elsewhere, e.g. ``call_command``
@@ -70,16 +78,29 @@ class StopSignals:
                 self._previous[signum] = signal.signal(signum, self._handle)
 
     def restore(self) -> None:
-        """Put the previous handlers back."""
+        """Put the previous handlers back (and end the thread that relays signals)."""
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         self._previous.clear()
+        if self._relay is not None:
+            self._relayed.put(None)
+            self._relay.join(timeout=5)
+            self._relay = None
 
     def attach(self, node: Node) -> None:
         """From now on signals stop ``node`` (at once if one came already)."""
+        self._relay = threading.Thread(target=self._relay_signals, name="stop-signals", daemon=True)
+        self._relay.start()
         self.node = node
         if self.received is not None:
             node.request_stop()
+
+    def _relay_signals(self) -> None:
+        """The ``stop-signals`` thread: each signal the handler hands over stops the node."""
+        while (signum := self._relayed.get()) is not None:
+            assert self.node is not None
+            logger.debug("%s received.", signal.Signals(signum).name)
+            self.node.request_stop()  # its message is logged as the node shuts down
 
     def stop_requested(self) -> bool:
         """Whether a signal came during start-up (logged here: the node never registered)."""
@@ -93,7 +114,7 @@ class StopSignals:
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.node is not None:
-            self.node.request_stop()  # logs nothing here: the node logs it as it shuts down
+            self._relayed.put(signum)  # no lock here: the stop-signals thread stops the node
         elif self.received is None:
             self.received = signum
         else:  # a second signal during start-up: nothing is registered, leave now
