@@ -54,6 +54,11 @@ TASKS = 150
 KILLS = 4
 
 
+def stopped(nodes: dict) -> dict:
+    """Stop the ``nodes`` still running (SIGTERM); the output of each, by name."""
+    return {name: reap(proc, signal.SIGTERM) for name, proc in nodes.items()}
+
+
 def node(name: str):
     return runscheduler("--node-id", name, "--topic", "work", "--topic", JOBS_TOPIC,
                         "--group", "g", settings=SETTINGS)  # fmt: skip
@@ -99,17 +104,26 @@ def test_repeated_kills_lose_nothing_and_run_no_slot_twice_but_a_cut_off_one(wor
             timeout=120,
         )
         later = calm + timedelta(seconds=3)  # slots submitted while nodes were dying, and after
-        wait_for(
-            lambda: (
-                not Task.objects.filter(identifier="ovl", slot__lte=later)
-                .exclude(state=TaskState.SUCCEEDED)
-                .exists()
-                and Task.objects.filter(identifier="ovl", slot__gt=later).exists()
-            ),
-            timeout=60,
-        )
+        try:
+            wait_for(
+                lambda: (
+                    not Task.objects.filter(identifier="ovl", slot__lte=later)
+                    .exclude(state=TaskState.SUCCEEDED)
+                    .exists()
+                    and Task.objects.filter(identifier="ovl", slot__gt=later).exists()
+                ),
+                timeout=60,
+            )
+        except AssertionError as timed_out:  # what the slots and the nodes were doing
+            rows = Task.objects.filter(identifier="ovl").order_by("slot")
+            states = rows.values_list("slot", "state", "attempts", "owner_id", "message")
+            owners = list(Owner.objects.values_list("pk", "name", "heartbeat"))
+            raise AssertionError(
+                f"{timed_out}: later={later}; ovl slots {list(states)}; owners {owners}; "
+                f"nodes {stopped(nodes)}"
+            ) from timed_out
     finally:
-        outputs = {name: reap(proc, signal.SIGTERM) for name, proc in nodes.items()}
+        outputs = stopped(nodes)
     assert all(proc.returncode == 0 for proc in nodes.values()), outputs
     assert Run.objects.filter(topic="work").values("identifier").distinct().count() == TASKS
     for job in ("ovl", "lead"):  # each slot submitted exactly once
