@@ -1,14 +1,15 @@
-"""Stop requests: what a SIGTERM/SIGINT handler does at once, and what it leaves for later.
+"""Stop requests: what a request does at once, and what it leaves for later.
 
-A signal handler runs in the main thread between two bytecodes of whatever it interrupted,
-a write of a log record to stdout included. Logging from the handler then re-enters that
-stream (``RuntimeError: reentrant call inside <_io.BufferedWriter name='<stdout>'>``, which
-``logging`` reports as ``--- Logging error ---``, and the message is lost). So a request
-(:meth:`StopRequests.request`) sets the node's stop events at once (every loop wakes; a
-second request forces the stop) and leaves its message in a :class:`queue.SimpleQueue`,
-whose ``put`` may be called from a signal handler. The node logs what waits there from its
-own code (:meth:`StopRequests.log`): at the start of its shutdown and at its end (for a
-request that came during it).
+A SIGTERM/SIGINT lands in the main thread between two bytecodes of whatever it interrupted,
+a write of a log record to stdout included. Logging from there re-enters that stream
+(``RuntimeError: reentrant call inside <_io.BufferedWriter name='<stdout>'>``, which
+``logging`` reports as ``--- Logging error ---``, and the message is lost), and so may any
+request that logs as it is made. So a request (:meth:`StopRequests.request`) sets the node's
+stop events at once (every loop wakes; a second request forces the stop) and leaves its
+message in a :class:`queue.SimpleQueue`. The node logs what waits there from its own code
+(:meth:`StopRequests.log`): at the start of its shutdown and at its end (for a request that
+came during it). ``runscheduler``'s signal handler makes no request itself: it hands the
+signal to a thread that does.
 """
 
 from __future__ import annotations
@@ -35,8 +36,10 @@ class StopRequests:
         self._messages: queue.SimpleQueue[tuple[int, str]] = queue.SimpleQueue()
 
     def request(self) -> None:
-        """Stop gracefully; a second request stops at once. Safe in a signal handler: it
-        logs nothing (its message waits for :meth:`log`)."""
+        """Stop gracefully; a second request stops at once. It logs nothing (its message
+        waits for :meth:`log`), but setting the events takes the loops' wake-up events'
+        locks: from a signal handler, hand the request to another thread (``runscheduler``'s
+        ``stop-signals``)."""
         if self.stopping.is_set():
             self._messages.put(
                 (logging.WARNING, "Second stop request: stopping now, releasing running tasks.")

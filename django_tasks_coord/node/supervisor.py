@@ -268,9 +268,12 @@ class Node:
     def request_stop(self) -> None:
         """Stop gracefully; called a second time, stop at once (claims are still released).
 
-        Safe in a signal handler (the SIGTERM/SIGINT handler of ``runscheduler``) as from
-        any thread: it sets the stop events at once and logs nothing; the node logs the
-        request when its shutdown starts (:class:`~django_tasks_coord.node.stops.StopRequests`).
+        Callable from any thread: it sets the stop events at once and logs nothing; the node
+        logs the request when its shutdown starts
+        (:class:`~django_tasks_coord.node.stops.StopRequests`). Not from a signal handler:
+        setting the events takes the locks of the loops' wake-up events, which the
+        interrupted main thread may hold; ``runscheduler``'s handler hands the signal to a
+        thread that calls this.
         """
         self.stops.request()
 

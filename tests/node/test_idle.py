@@ -28,6 +28,7 @@ from django_tasks_coord.node.duty import run_loop
 from django_tasks_coord.node.leadership import Leadership
 from django_tasks_coord.scheduling import scheduler
 from django_tasks_coord.store import flow as flow_claims
+from tests.processes import wait_for
 
 # --- the back-off itself --------------------------------------------------------------------
 
@@ -255,7 +256,8 @@ def test_a_claim_round_held_back_by_a_rate_looks_again_when_its_window_moves_on(
         lambda topic, seconds, since: note(topic, seconds and 0.001, since),
     )
     assert node.dispatcher.claim_round() == 0
-    time.sleep(0.005)  # the noted moment has passed
+    noted = flow_claims._held_back["work"]
+    wait_for(lambda: time.monotonic() > noted, timeout=5)  # the noted moment has passed
     assert node.dispatcher.idle_timeout() == flow_claims.RECHECK_AFTER
 
 
