@@ -2,7 +2,9 @@
 
 Optional: install the ``[otel]`` extra (``opentelemetry-api``) and configure an SDK
 (a tracer provider and an exporter) in your project as usual. Without the API package,
-or without an SDK, every function here does nothing and no task carries a trace.
+every function here does nothing and no task carries a trace. With the API and no SDK,
+nothing is recorded and no span is made (a task costs no tracing), except that a trace
+received from a caller (a ``traceparent``) is carried on to the tasks pushed under it.
 
 - Every insertion of a task (``queue.push``/``push_many``, a ``django.tasks`` enqueue,
   a task created through the HTTP API, a job's run submitted by the scheduler, a
@@ -57,6 +59,10 @@ __all__ = [
     "valid_traceparent",
 ]
 
+#: The tracer while no SDK is configured: its spans record nothing, but a span made
+#: under a valid parent (a stored or received ``traceparent``) carries its context on.
+_NO_SDK_TRACER = trace.NoOpTracer() if trace is not None else None
+
 #: HTTP API operations an executor calls about one task: each gets a span of its own.
 EXECUTOR_OPERATIONS = frozenset({"start", "notify", "success", "fail"})
 
@@ -67,7 +73,19 @@ def enabled() -> bool:
 
 
 def _tracer() -> Any:
+    """The package's tracer; None while no SDK is configured (every span would record
+    nothing: OpenTelemetry's proxy or no-op provider)."""
+    if isinstance(
+        trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+    ):
+        return None
     return trace.get_tracer("django_tasks_coord", __version__)
+
+
+def _in_trace() -> bool:
+    """Whether a valid span is current (a caller's ``traceparent``, say): even without an
+    SDK, the tasks pushed under it carry its trace on."""
+    return bool(trace.get_current_span().get_span_context().is_valid)
 
 
 def _attributes(task: Task, operation: str) -> dict[str, Any]:
@@ -115,6 +133,11 @@ def producing(tasks: Sequence[Task]) -> Iterator[None]:
         yield
         return
     tracer = _tracer()
+    if tracer is None:
+        if not _in_trace():
+            yield  # no SDK and no trace in progress: no task would get a traceparent
+            return
+        tracer = _NO_SDK_TRACER
     spans = []
     for task in tasks:
         if task.traceparent:
@@ -163,6 +186,11 @@ def producing_rows(topic: str, count: int) -> Iterator[Rows]:
         yield rows
         return
     tracer = _tracer()
+    if tracer is None:
+        if not _in_trace():
+            yield rows  # no SDK and no trace in progress: no row would get a traceparent
+            return
+        tracer = _NO_SDK_TRACER
     attributes = {
         "messaging.system": SYSTEM,
         "messaging.destination.name": topic,
@@ -221,6 +249,12 @@ def consuming(tasks: Sequence[Task]) -> Iterator[_Run]:
     if trace is None or not tasks:
         yield _Run(None)
         return
+    tracer = _tracer()
+    if tracer is None:
+        if not _in_trace() and not any(task.traceparent for task in tasks):
+            yield _Run(None)  # no SDK and no trace to carry on: the span would be invisible
+            return
+        tracer = _NO_SDK_TRACER
     first = tasks[0]
     attributes = _attributes(first, "process")
     links = []
@@ -232,7 +266,7 @@ def consuming(tasks: Sequence[Task]) -> Iterator[_Run]:
             span_context = trace.get_current_span(context).get_span_context()
             if span_context.is_valid:
                 links.append(trace.Link(span_context))
-    with _tracer().start_as_current_span(
+    with tracer.start_as_current_span(
         f"process {first.topic_id}",
         context=context_of(first.traceparent),
         kind=trace.SpanKind.CONSUMER,
@@ -270,7 +304,8 @@ def api_call(traceparent: str | None, operation: str, task_id: int | None) -> It
             }
             if task_id is not None:
                 attributes["messaging.message.id"] = str(task_id)
-            with _tracer().start_as_current_span(f"{operation} task", attributes=attributes):
+            tracer = _tracer() or _NO_SDK_TRACER
+            with tracer.start_as_current_span(f"{operation} task", attributes=attributes):
                 yield
         else:
             yield

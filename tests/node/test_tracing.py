@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from opentelemetry import trace
+from opentelemetry import context, trace
 from opentelemetry.trace import SpanKind, StatusCode
 
 from django_tasks_coord import handlers, queue, tracing
@@ -70,6 +70,23 @@ def test_without_an_sdk_nothing_is_stored(make_node, work_topic):
     pushed = queue.push("work", "untraced")
     assert Task.objects.get(pk=pushed.pk).traceparent is None
     assert run(make_node()) == 0
+
+
+def test_without_an_sdk_a_received_trace_is_carried_on(make_node, work_topic):
+    """No SDK, but a caller's ``traceparent``: the task pushed under it stores it, and a
+    task its run pushes carries the same trace on (nothing is recorded)."""
+    caller = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    queue.register_topic("child")
+    handlers.registry.register("work", lambda task: queue.push("child", f"of-{task.identifier}"))
+    token = context.attach(tracing.context_of(caller))
+    try:
+        pushed = queue.push("work", "traced-by-caller")
+    finally:
+        context.detach(token)
+    assert Task.objects.get(pk=pushed.pk).traceparent == caller
+    assert run(make_node()) == 0
+    child = Task.objects.get(topic_id="child")
+    assert child.traceparent == caller  # a no-op span has its parent's context
 
 
 def test_without_opentelemetry_nothing_happens(make_node, work_topic, monkeypatch):
