@@ -42,6 +42,7 @@ class StubNode:
     def __init__(self) -> None:
         self.stats: Counter[str] = Counter()
         self.left = 0
+        self.in_flight = 0
 
     def done(self, n: int) -> None:
         self.left += n
@@ -245,3 +246,55 @@ def test_a_stale_and_a_current_change_of_one_row_are_each_fenced_by_their_claim(
     store.write_changes(writes)
     assert [write.ok for write in writes] == [False, True]
     assert Task.objects.get(pk=new.pk).result == "fresh"
+
+
+# --- batching: waiting briefly for the outcomes of tasks still under way -----------------
+
+
+def finished_item() -> tuple[None, object, object]:
+    """An outcome as a worker hands it over (``_receive`` only passes it on)."""
+    return (None, object(), object())
+
+
+@pytest.fixture
+def lingering(monkeypatch):
+    """A completer not started (``_receive`` called directly), whose linger is long: a wait
+    that should not happen would make the test take 60 s."""
+    monkeypatch.setattr(completer_module, "LINGER", 60.0)
+    return Completer(StubNode(), threading.Event())  # type: ignore[arg-type]
+
+
+def test_a_batch_waits_for_the_outcomes_of_tasks_still_under_way(lingering):
+    lingering.node.in_flight = 3
+    first, second, third = finished_item(), finished_item(), finished_item()
+    lingering._items.put(first)
+    late = threading.Timer(0.05, lambda: [lingering._items.put(i) for i in (second, third)])
+    late.start()
+    started = time.monotonic()
+    assert lingering._receive() == [first, second, third]  # one write for the three
+    assert time.monotonic() - started < 30  # and no longer: none were left under way
+    late.join()
+
+
+def test_a_lone_outcome_is_written_at_once(lingering):
+    lingering.node.in_flight = 1
+    only = finished_item()
+    lingering._items.put(only)
+    started = time.monotonic()
+    assert lingering._receive() == [only]
+    assert time.monotonic() - started < 30
+
+
+def test_a_stop_or_a_full_batch_ends_the_wait(lingering, monkeypatch):
+    lingering.node.in_flight = 10
+    first = finished_item()
+    for item in (first, None):
+        lingering._items.put(item)
+    started = time.monotonic()
+    assert lingering._receive() == [first, None]
+    monkeypatch.setattr(completer_module, "MAX_BATCH", 2)
+    full = [finished_item(), finished_item()]
+    for item in full:
+        lingering._items.put(item)
+    assert lingering._receive() == full
+    assert time.monotonic() - started < 30
