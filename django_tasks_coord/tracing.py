@@ -82,10 +82,21 @@ def _tracer() -> Any:
     return trace.get_tracer("django_tasks_coord", __version__)
 
 
-def _in_trace() -> bool:
-    """Whether a valid span is current (a caller's ``traceparent``, say): even without an
-    SDK, the tasks pushed under it carry its trace on."""
-    return bool(trace.get_current_span().get_span_context().is_valid)
+def _span_tracer(*, carrying: bool = False) -> Any:
+    """The tracer of a span to make now, or None: no span to make.
+
+    With an SDK, the package's tracer (:func:`_tracer`). Without one, every span would
+    record nothing: a no-op tracer still makes one while a trace must be carried on (a
+    valid span is current, a caller's ``traceparent`` say, or ``carrying``: a task to run
+    stores one), as its span has its parent's context; otherwise None, so that a task costs
+    no tracing.
+    """
+    tracer = _tracer()
+    if tracer is not None:
+        return tracer
+    if carrying or trace.get_current_span().get_span_context().is_valid:
+        return _NO_SDK_TRACER
+    return None
 
 
 def _attributes(task: Task, operation: str) -> dict[str, Any]:
@@ -129,15 +140,10 @@ def producing(tasks: Sequence[Task]) -> Iterator[None]:
     insert ends them with an error status. Does nothing without OpenTelemetry; a task
     that already has a ``traceparent`` keeps it.
     """
-    if trace is None or not tasks:
+    tracer = None if trace is None or not tasks else _span_tracer()
+    if tracer is None:
         yield
         return
-    tracer = _tracer()
-    if tracer is None:
-        if not _in_trace():
-            yield  # no SDK and no trace in progress: no task would get a traceparent
-            return
-        tracer = _NO_SDK_TRACER
     spans = []
     for task in tasks:
         if task.traceparent:
@@ -182,15 +188,10 @@ def producing_rows(topic: str, count: int) -> Iterator[Rows]:
     without tracing) and sets ``sequences`` after the insert.
     """
     rows = Rows(count)
-    if trace is None or not count:
+    tracer = None if trace is None or not count else _span_tracer()
+    if tracer is None:
         yield rows
         return
-    tracer = _tracer()
-    if tracer is None:
-        if not _in_trace():
-            yield rows  # no SDK and no trace in progress: no row would get a traceparent
-            return
-        tracer = _NO_SDK_TRACER
     attributes = {
         "messaging.system": SYSTEM,
         "messaging.destination.name": topic,
@@ -249,12 +250,10 @@ def consuming(tasks: Sequence[Task]) -> Iterator[_Run]:
     if trace is None or not tasks:
         yield _Run(None)
         return
-    tracer = _tracer()
+    tracer = _span_tracer(carrying=any(task.traceparent for task in tasks))
     if tracer is None:
-        if not _in_trace() and not any(task.traceparent for task in tasks):
-            yield _Run(None)  # no SDK and no trace to carry on: the span would be invisible
-            return
-        tracer = _NO_SDK_TRACER
+        yield _Run(None)
+        return
     first = tasks[0]
     attributes = _attributes(first, "process")
     links = []
@@ -297,14 +296,14 @@ def api_call(traceparent: str | None, operation: str, task_id: int | None) -> It
     if parent and not trace.get_current_span().get_span_context().is_valid:
         token = otel_context.attach(context_of(parent))
     try:
-        if operation in EXECUTOR_OPERATIONS:
+        tracer = _span_tracer() if operation in EXECUTOR_OPERATIONS else None
+        if tracer is not None:
             attributes: dict[str, Any] = {
                 "messaging.system": SYSTEM,
                 "messaging.operation.name": operation,
             }
             if task_id is not None:
                 attributes["messaging.message.id"] = str(task_id)
-            tracer = _tracer() or _NO_SDK_TRACER
             with tracer.start_as_current_span(f"{operation} task", attributes=attributes):
                 yield
         else:
