@@ -123,12 +123,14 @@ _current: ContextVar[tuple[Run, ...]] = ContextVar("tasks_coord_running", defaul
 
 class Runs:
     """The tasks a node is running, for its lifeline: whose cancel was requested, whose
-    progress waits to be written. Thread-safe (workers and the lifeline share it)."""
+    progress waits to be written. Thread-safe (workers and the lifeline share it): what a
+    worker does for each task it runs takes no lock (see :meth:`running`)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._runs: dict[int, Run] = {}
-        #: Tasks whose cancel was requested before they started (claimed, buffered).
+        #: Tasks whose cancel reached this node (running or not started yet), until the
+        #: node settled them (:meth:`forget`).
         self._requested: set[int] = set()
         #: Cancel requests delivered to running handlers, since the node started.
         self.delivered = 0
@@ -140,46 +142,68 @@ class Runs:
 
     @contextlib.contextmanager
     def running(self, tasks: list[Task]) -> Iterator[tuple[Run, ...]]:
-        """Register ``tasks`` as running for the handler call made inside the block."""
+        """Register ``tasks`` as running for the handler call made inside the block.
+
+        Without the lock (a worker calls it for each task it runs, and a lock shared by the
+        workers made them queue behind one another): each step is one read or one change
+        of a dict or a set, which Python makes atomic. A run is registered before the
+        requests are read, and :meth:`cancel` records a request before it reads the runs,
+        so one of them sees the other. A run whose progress waits to be written leaves
+        under the lock, which :meth:`due_progress` holds.
+        """
         runs = tuple(Run(task, runs=self) for task in tasks)
-        with self._lock:
-            for run in runs:
-                self._runs[run.task.pk] = run
-                if run.task.pk in self._requested or run.task.cancel_requested_at is not None:
-                    self._requested.discard(run.task.pk)
-                    run.canceled.set()
+        pks = [task.pk for task in tasks]
+        requested = self._requested
+        for pk, run in zip(pks, runs, strict=True):
+            self._runs[pk] = run
+            if pk in requested or run.task.cancel_requested_at is not None:
+                requested.add(pk)  # until the node settled it (forget)
+                run.canceled.set()
         token = _current.set(runs)
         try:
             yield runs
         finally:
             _current.reset(token)
-            with self._lock:
-                for run in runs:
-                    run.alive = False
-                    if run.canceled.is_set():  # until the node settled it (forget)
-                        self._requested.add(run.task.pk)
-                    if not run.dirty and self._runs.get(run.task.pk) is run:
-                        del self._runs[run.task.pk]
+            for run in runs:
+                run.alive = False
+            if any(run.dirty for run in runs):
+                with self._lock:
+                    self._drop(
+                        [(pk, run) for pk, run in zip(pks, runs, strict=True) if not run.dirty]
+                    )
+            else:
+                self._drop(list(zip(pks, runs, strict=True)))
+
+    def _drop(self, runs: list[tuple[int, Run]]) -> None:
+        """Forget the ``runs`` that ended (by pk): unless a later run of the task took its place."""
+        for pk, run in runs:
+            if self._runs.get(pk) is run:
+                self._runs.pop(pk, None)
 
     def cancel(self, pks: Iterable[int]) -> int:
-        """Flag the tasks ``pks`` as asked to stop; return how many were not flagged yet."""
+        """Flag the tasks ``pks`` as asked to stop; return how many were not flagged yet.
+
+        Each request is recorded (:meth:`is_requested`) before the runs are read: a run
+        that registers meanwhile sees it (see :meth:`running`)."""
         new = 0
         with self._lock:
             for pk in pks:
+                self._requested.add(pk)
                 run = self._runs.get(pk)
-                if run is None:
-                    self._requested.add(pk)
-                elif not run.canceled.is_set():
+                if run is not None and not run.canceled.is_set():
                     run.canceled.set()
                     new += 1
             self.delivered += new
         return new
 
     def is_requested(self, task: Task) -> bool:
-        """Whether a cancel of ``task`` (not started yet, or running) reached this node."""
-        with self._lock:
-            run = self._runs.get(task.pk)
-            return task.pk in self._requested or (run is not None and run.canceled.is_set())
+        """Whether a cancel of ``task`` (not started yet, or running) reached this node.
+
+        Without the lock, as :meth:`forget`: one read of a set, which Python makes atomic
+        (a worker asks it twice for each task it runs). A flagged run's task is among the
+        requests until :meth:`forget`.
+        """
+        return task.pk in self._requested
 
     def wrote_checkpoint(self) -> None:
         """A handler of this node wrote a checkpoint."""
@@ -187,21 +211,18 @@ class Runs:
             self.checkpoint_writes += 1
 
     def forget(self, task: Task) -> None:
-        """``task`` is done with: drop what is known of it."""
-        with self._lock:
-            self._requested.discard(task.pk)
+        """``task`` is done with: drop what is known of it (no lock: see :meth:`is_requested`)."""
+        self._requested.discard(task.pk)
 
     @property
     def count(self) -> int:
         """How many tasks run now."""
-        with self._lock:
-            return sum(1 for run in self._runs.values() if run.alive)
+        return sum(1 for run in list(self._runs.values()) if run.alive)  # a copy: no lock
 
     @property
     def progress_pending(self) -> bool:
         """Whether some progress waits to be written."""
-        with self._lock:
-            return any(run.dirty for run in self._runs.values())
+        return any(run.dirty for run in list(self._runs.values()))  # a copy: no lock
 
     def due_progress(self, now: float | None = None) -> list[tuple[Task, Any]]:
         """The progress to write now: of each task with a new value, unless its last write
@@ -216,7 +237,7 @@ class Runs:
                 due.append((run.task, run.progress))
                 run.dirty, run.written_at = False, now
                 if not run.alive:
-                    del self._runs[pk]
+                    self._drop([(pk, run)])
             self.progress_writes += len(due)
         return due
 

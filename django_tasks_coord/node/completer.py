@@ -83,7 +83,7 @@ class Completer(threading.Thread):
         self._busy = threading.Event()
         self._lock = threading.Lock()
         #: Starts of attempts not written yet (see :meth:`starting`).
-        self._delayed = DelayedStarts(self._lock)
+        self._delayed = DelayedStarts()
         #: Set once a write of the current batch had to be retried after a lost connection.
         self._reconnected = False
 
@@ -109,10 +109,10 @@ class Completer(threading.Thread):
             LogWrite(store.Change(task, {"attempt_log": list(task.attempt_log or [])}), due)
             for task in tasks
         ]
-        first = self._delayed.add(writes) if self.is_alive() else None
-        if first is None:
+        sleeping = self._delayed.add(writes) if self.is_alive() else None
+        if sleeping is None:
             return []
-        if first:  # the thread may sleep without a timeout: it has one now
+        if sleeping:  # the thread sleeps without a timeout: it needs one now
             self._items.put(TICK)
         return writes
 
@@ -213,6 +213,7 @@ class Completer(threading.Thread):
         received: list[Received] = []
         with contextlib.suppress(stdlib_queue.Empty):
             received.append(self._items.get(timeout=timeout))
+        self._delayed.sleeping = False
         self._take_waiting(received)
         deadline = time.monotonic() + LINGER
         while received and self._more_coming(received):

@@ -10,6 +10,7 @@ whole entry, replaces the start unwritten.
 
 from __future__ import annotations
 
+import queue as stdlib_queue
 import threading
 from dataclasses import dataclass, field
 
@@ -54,31 +55,51 @@ Received = Item | LogWrite | Tick | None
 class DelayedStarts:
     """The starts waiting to be written, by task pk, the earliest due first.
 
-    ``lock`` is the completer's: adding a start and closing the completer exclude each
-    other, so that a start added before the close is written by the last batch.
+    Workers add starts (:meth:`add`) without taking a lock: they go through a queue that
+    only the completer drains, and only the completer reads and changes the starts kept.
+    A lock shared by every worker and the completer made them queue behind one another
+    (and behind the completer sorting a batch) for each task started.
+
+    Added before :attr:`closed` is set, a start is written by the completer's last batch
+    (it drains the queue when it receives the stop); added while it closes, it is not
+    written, as if added after.
     """
 
-    def __init__(self, lock: threading.Lock) -> None:
-        self.lock = lock
+    def __init__(self) -> None:
         self.closed = False
+        #: Set by the completer while it sleeps without a timeout: an added start wakes it.
+        self.sleeping = False
+        self._added: stdlib_queue.SimpleQueue[list[LogWrite]] = stdlib_queue.SimpleQueue()
         self._writes: dict[int, LogWrite] = {}
 
     def add(self, writes: list[LogWrite]) -> bool | None:
-        """Keep ``writes`` until due; None if closed (nothing kept), else whether none waited
-        before (the completer may sleep without a timeout: wake it)."""
-        with self.lock:
-            if self.closed:
-                return None
-            first = not self._writes
+        """Keep ``writes`` until due (any thread); None if closed (nothing kept), else
+        whether the completer sleeps without a timeout (wake it)."""
+        if self.closed:
+            return None
+        self._added.put(writes)
+        return self.sleeping
+
+    def _take_added(self) -> None:
+        """Keep what workers added since the last look (the completer's thread)."""
+        while True:
+            try:
+                writes = self._added.get_nowait()
+            except stdlib_queue.Empty:
+                return
             for write in writes:
                 self._writes[write.change.task.pk] = write
-        return first
 
     def next_due(self) -> float | None:
-        """When the first waiting start is due (``time.monotonic()``), or None."""
-        with self.lock:
-            for write in self._writes.values():  # in the order added: the first is due first
-                return write.due
+        """When the first waiting start is due (``time.monotonic()``), or None: then
+        :attr:`sleeping` is set (the completer's thread; it clears it once woken)."""
+        self._take_added()
+        if not self._writes:
+            self.sleeping = True  # then look again: a start added meanwhile saw it, or is seen
+            self._take_added()
+        for write in self._writes.values():  # in the order added: the first is due first
+            self.sleeping = False
+            return write.due
         return None
 
     def sort(
@@ -90,24 +111,24 @@ class DelayedStarts:
         items: list[Item] = []
         ready: list[LogWrite] = []
         replaced: list[LogWrite] = []
-        with self.lock:
-            writes = self._writes
-            for thing in received:
-                if thing is None or isinstance(thing, Tick):
-                    continue
-                task = thing.change.task if isinstance(thing, LogWrite) else thing[1]
-                waiting = writes.get(task.pk)
-                if waiting is not None and waiting.change.task.exec_id == task.exec_id:
-                    del writes[task.pk]
-                    (thing.superseded if isinstance(thing, LogWrite) else replaced).append(waiting)
-                if isinstance(thing, LogWrite):
-                    ready.append(thing)
-                else:
-                    items.append(thing)
-            due = []
-            for pk, write in writes.items():  # the earliest due first
-                if write.due > now and not stop:
-                    break
-                due.append(pk)
-            ready[:0] = [writes.pop(pk) for pk in due]
+        self._take_added()  # a worker adds a start before it hands over anything of its attempt
+        writes = self._writes
+        for thing in received:
+            if thing is None or isinstance(thing, Tick):
+                continue
+            task = thing.change.task if isinstance(thing, LogWrite) else thing[1]
+            waiting = writes.get(task.pk)
+            if waiting is not None and waiting.change.task.exec_id == task.exec_id:
+                del writes[task.pk]
+                (thing.superseded if isinstance(thing, LogWrite) else replaced).append(waiting)
+            if isinstance(thing, LogWrite):
+                ready.append(thing)
+            else:
+                items.append(thing)
+        due = []
+        for pk, write in writes.items():  # the earliest due first
+            if write.due > now and not stop:
+                break
+            due.append(pk)
+        ready[:0] = [writes.pop(pk) for pk in due]
         return items, ready, replaced

@@ -57,9 +57,12 @@ class WorkerPool:
 
     def __init__(self, size: int, name: str = "worker") -> None:
         self._queue: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        #: Changed by the workers without a lock (a set's add and discard are atomic), and
+        #: read as a copy: a lock taken twice per job by every worker made them queue
+        #: behind one another on fast tasks.
         self._running: set[Job] = set()
-        self._lock = threading.Lock()
-        self._finished = threading.Condition(self._lock)
+        self._finished = threading.Condition()
+        self._joining = 0  # threads in join_running: a job that ends wakes them
         self._threads = [
             threading.Thread(target=self._work, name=f"{name}-{i + 1}", daemon=True)
             for i in range(size)
@@ -92,20 +95,23 @@ class WorkerPool:
 
     def running(self) -> list[Job]:
         """Jobs a worker is executing right now."""
-        with self._lock:
-            return list(self._running)
+        return list(self._running.copy())
 
     def join_running(self, timeout: float, abort: threading.Event | None = None) -> list[Job]:
         """Wait up to ``timeout`` seconds for running jobs, or until ``abort`` is set;
         return the jobs still running."""
         deadline = time.monotonic() + max(timeout, 0)
         with self._finished:
-            while self._running and (abort is None or not abort.is_set()):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self._finished.wait(min(left, 0.1))
-            return list(self._running)
+            self._joining += 1
+            try:
+                while self._running and (abort is None or not abort.is_set()):
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._finished.wait(min(left, 0.1))  # a wake-up missed: the next look
+            finally:
+                self._joining -= 1
+        return self.running()
 
     def stop(self) -> None:
         """Let idle workers exit (running jobs are not interrupted)."""
@@ -115,8 +121,7 @@ class WorkerPool:
     def _work(self) -> None:
         idle = True  # nothing ran since the last end-of-request check
         while (job := self._queue.get()) is not None:
-            with self._lock:
-                self._running.add(job)
+            self._running.add(job)
             try:
                 if idle:
                     close_old_connections()  # a new request begins
@@ -131,8 +136,9 @@ class WorkerPool:
                     close_old_connections()  # the request ends
                 else:
                     _keep_connections()
-                with self._finished:
-                    self._running.discard(job)
-                    job.done = True
-                    self._finished.notify_all()
+                self._running.discard(job)
+                job.done = True
+                if self._joining:
+                    with self._finished:
+                        self._finished.notify_all()
         connections.close_all()

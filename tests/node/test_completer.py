@@ -145,8 +145,9 @@ def test_a_delayed_start_is_superseded_by_the_outcome(claimed, writer, monkeypat
 def test_a_delayed_start_is_written_when_nothing_supersedes_it(claimed, writer, monkeypatch):
     monkeypatch.setattr(completer_module, "START_DELAY", 0.01)
     task = claimed[0]
-    (start,) = writer.starting(EVERY, [task])
-    assert start.wait() is True
+    (start,) = writer.starting(EVERY, [task])  # the completer sleeps: this wakes it
+    assert start.done.wait(10), "the completer slept on"
+    assert start.change.ok is True
     stored = Task.objects.get(pk=task.pk)
     assert (stored.state, stored.attempt_log) == (
         TaskState.ACTIVE,
@@ -298,3 +299,38 @@ def test_a_stop_or_a_full_batch_ends_the_wait(lingering, monkeypatch):
         lingering._items.put(item)
     assert lingering._receive() == full
     assert time.monotonic() - started < 30
+
+
+# --- delayed starts: added by many workers at once, without a lock ----------------------
+
+
+def test_starts_added_by_concurrent_workers_are_each_replaced_by_their_outcome(
+    writer, monkeypatch
+):
+    """Workers add starts while the completer takes outcomes: each start must be in the
+    completer's hands before the outcome that follows it, so the outcome carries it and it
+    is never written on its own (as a start of a finished task, refused by its claim)."""
+    monkeypatch.setattr(completer_module, "START_DELAY", 3600)
+    monkeypatch.setattr(completer_module, "LINGER", 0)  # a write per few outcomes: many rounds
+    queue.register_topic("w")
+    queue.push_many("w", [(f"t{i}", None) for i in range(200)])
+    tasks = queue.poll("w", 200)
+    starts: list = []
+
+    def work(mine: list) -> None:
+        for task in mine:
+            starts.extend(writer.starting(EVERY, [task]))
+            writer.put(EVERY, task, succeeded(task, task.pk))
+
+    workers = [threading.Thread(target=work, args=(tasks[i::5],)) for i in range(5)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    writer.flush_and_stop()
+    assert len(starts) == 200
+    assert all(start.done.is_set() and start.change.ok is True for start in starts)
+    rows = Task.objects.filter(pk__in=[task.pk for task in tasks])
+    assert {row.state for row in rows} == {TaskState.SUCCEEDED}
+    assert all([entry["outcome"] for entry in row.attempt_log] == ["succeeded"] for row in rows)
+    assert writer.node.stats["processed"] == 200
