@@ -22,6 +22,10 @@ class RunningMean:
         self.value = sample if value is None else value + self.weight * (sample - value)
 
 
+#: The weight of each task's time in :attr:`Load.task_seconds` (about the last 50 tasks count).
+TASK_WEIGHT = 0.02
+
+
 class Load:
     """The tasks a node claimed and has not completed or released yet, against its capacity.
 
@@ -40,9 +44,12 @@ class Load:
         self.config = config
         self.on_busy = on_busy
         self.on_room = on_room
-        #: Seconds a claim query takes, and a task runs (per task of a batch).
+        #: Seconds a claim query takes, and a task runs (per task of a batch). A task's is
+        #: averaged over many more: the wall time of a fast task paused by the GIL (another
+        #: thread's turn, 5 ms) is many times its usual one, and swung the buffer between
+        #: BUFFER and its cap from one claim to the next.
         self.claim_seconds = RunningMean()
-        self.task_seconds = RunningMean()
+        self.task_seconds = RunningMean(TASK_WEIGHT)
         self._count = 0
         self._full = False  # the dispatcher found no room: the next task to leave wakes it
         self._lock = threading.Lock()

@@ -64,3 +64,15 @@ def test_a_burst_looks_for_more_after_every_task():
     node.left(1)
     node.left(1)
     assert woken == [1, 0]
+
+
+def test_one_task_paused_by_another_thread_barely_shrinks_the_buffer():
+    """A fast task's wall time includes the GIL's turns of other threads (5 ms each): one
+    such task among fast ones must not shrink the buffer the workers live on."""
+    node, _ = load()
+    node.claim_seconds.add(0.05)
+    for _ in range(100):
+        node.task_seconds.add(0.001)
+    before = node.capacity
+    node.task_seconds.add(0.015)  # paused for three turns of other threads
+    assert node.capacity >= 0.75 * before
