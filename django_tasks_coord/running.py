@@ -123,14 +123,12 @@ _current: ContextVar[tuple[Run, ...]] = ContextVar("tasks_coord_running", defaul
 
 class Runs:
     """The tasks a node is running, for its lifeline: whose cancel was requested, whose
-    progress waits to be written. Thread-safe (workers and the lifeline share it): what a
-    worker does for each task it runs takes no lock (see :meth:`running`)."""
+    progress waits to be written. Thread-safe; a worker's calls for each task take no lock."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._runs: dict[int, Run] = {}
-        #: Tasks whose cancel reached this node (running or not started yet), until the
-        #: node settled them (:meth:`forget`).
+        #: Tasks whose cancel reached this node (running or not yet), until :meth:`forget`.
         self._requested: set[int] = set()
         #: Cancel requests delivered to running handlers, since the node started.
         self.delivered = 0
@@ -142,22 +140,15 @@ class Runs:
 
     @contextlib.contextmanager
     def running(self, tasks: list[Task]) -> Iterator[tuple[Run, ...]]:
-        """Register ``tasks`` as running for the handler call made inside the block.
-
-        Without the lock (a worker calls it for each task it runs, and a lock shared by the
-        workers made them queue behind one another): each step is one read or one change
-        of a dict or a set, which Python makes atomic. A run is registered before the
-        requests are read, and :meth:`cancel` records a request before it reads the runs,
-        so one of them sees the other. A run whose progress waits to be written leaves
-        under the lock, which :meth:`due_progress` holds.
-        """
-        runs = tuple(Run(task, runs=self) for task in tasks)
-        pks = [task.pk for task in tasks]
-        requested = self._requested
-        for pk, run in zip(pks, runs, strict=True):
+        """Register ``tasks`` as running for the handler call made inside the block. No lock
+        (atomic dict and set steps: a run registers before it reads the requests, :meth:`cancel`
+        records one before it reads the runs) but for a run whose progress waits to be written."""
+        ended = [(task.pk, Run(task, runs=self)) for task in tasks]
+        runs = tuple(run for _, run in ended)
+        for pk, run in ended:
             self._runs[pk] = run
-            if pk in requested or run.task.cancel_requested_at is not None:
-                requested.add(pk)  # until the node settled it (forget)
+            if pk in self._requested or run.task.cancel_requested_at is not None:
+                self._requested.add(pk)  # until the node settled it (forget)
                 run.canceled.set()
         token = _current.set(runs)
         try:
@@ -166,13 +157,8 @@ class Runs:
             _current.reset(token)
             for run in runs:
                 run.alive = False
-            if any(run.dirty for run in runs):
-                with self._lock:
-                    self._drop(
-                        [(pk, run) for pk, run in zip(pks, runs, strict=True) if not run.dirty]
-                    )
-            else:
-                self._drop(list(zip(pks, runs, strict=True)))
+            with self._lock if any(run.dirty for run in runs) else contextlib.nullcontext():
+                self._drop([(pk, run) for pk, run in ended if not run.dirty])
 
     def _drop(self, runs: list[tuple[int, Run]]) -> None:
         """Forget the ``runs`` that ended (by pk): unless a later run of the task took its place."""
@@ -181,10 +167,7 @@ class Runs:
                 self._runs.pop(pk, None)
 
     def cancel(self, pks: Iterable[int]) -> int:
-        """Flag the tasks ``pks`` as asked to stop; return how many were not flagged yet.
-
-        Each request is recorded (:meth:`is_requested`) before the runs are read: a run
-        that registers meanwhile sees it (see :meth:`running`)."""
+        """Flag ``pks`` as asked to stop (recorded first, see :meth:`running`); how many were new."""
         new = 0
         with self._lock:
             for pk in pks:
@@ -197,12 +180,8 @@ class Runs:
         return new
 
     def is_requested(self, task: Task) -> bool:
-        """Whether a cancel of ``task`` (not started yet, or running) reached this node.
-
-        Without the lock, as :meth:`forget`: one read of a set, which Python makes atomic
-        (a worker asks it twice for each task it runs). A flagged run's task is among the
-        requests until :meth:`forget`.
-        """
+        """Whether a cancel of ``task`` (not started yet, or running) reached this node (no
+        lock: one set read; a flagged run's task is among the requests until :meth:`forget`)."""
         return task.pk in self._requested
 
     def wrote_checkpoint(self) -> None:

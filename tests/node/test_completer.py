@@ -304,9 +304,7 @@ def test_a_stop_or_a_full_batch_ends_the_wait(lingering, monkeypatch):
 # --- delayed starts: added by many workers at once, without a lock ----------------------
 
 
-def test_starts_added_by_concurrent_workers_are_each_replaced_by_their_outcome(
-    writer, monkeypatch
-):
+def test_starts_added_by_concurrent_workers_are_each_replaced_by_their_outcome(writer, monkeypatch):
     """Workers add starts while the completer takes outcomes: each start must be in the
     completer's hands before the outcome that follows it, so the outcome carries it and it
     is never written on its own (as a start of a finished task, refused by its claim)."""

@@ -39,7 +39,11 @@ def test_a_cancel_racing_the_start_of_its_run_always_reaches_the_run(often_switc
         both = threading.Barrier(2)
         canceled = threading.Event()
 
-        def start(task: FakeTask = task, both: threading.Barrier = both) -> None:
+        def start(
+            task: FakeTask = task,
+            both: threading.Barrier = both,
+            canceled: threading.Event = canceled,
+        ) -> None:
             both.wait()
             with runs.running([task]) as (run,):  # type: ignore[list-item]
                 canceled.wait(10)  # the cancel returned: now the run must know it
