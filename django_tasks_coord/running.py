@@ -143,9 +143,9 @@ class Runs:
         """Register ``tasks`` as running for the handler call made inside the block. No lock
         (atomic dict and set steps: a run registers before it reads the requests, :meth:`cancel`
         records one before it reads the runs) but for a run whose progress waits to be written."""
-        ended = [(task.pk, Run(task, runs=self)) for task in tasks]
-        runs = tuple(run for _, run in ended)
-        for pk, run in ended:
+        registered = [(task.pk, Run(task, runs=self)) for task in tasks]
+        runs = tuple(run for _, run in registered)
+        for pk, run in registered:
             self._runs[pk] = run
             if pk in self._requested or run.task.cancel_requested_at is not None:
                 self._requested.add(pk)  # until the node settled it (forget)
@@ -158,7 +158,7 @@ class Runs:
             for run in runs:
                 run.alive = False
             with self._lock if any(run.dirty for run in runs) else contextlib.nullcontext():
-                self._drop([(pk, run) for pk, run in ended if not run.dirty])
+                self._drop([(pk, run) for pk, run in registered if not run.dirty])
 
     def _drop(self, runs: list[tuple[int, Run]]) -> None:
         """Forget the ``runs`` that ended (by pk): unless a later run of the task took its place."""
