@@ -10,7 +10,8 @@ none of them writes task rows itself (``tests/test_task_store_rule.py`` keeps it
 This module re-exports; the implementation lives in its submodules, one per kind of
 write: :mod:`~.fencing` (the one predicate of a claim still held), :mod:`~.insert`
 (pushes with their insertion mode, created and recreated tasks, each announced),
-:mod:`~.claims` (poll, release, return-to-queue of dead owners), :mod:`~.cancels`
+:mod:`~.claims` (poll, release, return-to-queue of dead owners; each database's claim
+statement in :mod:`~.claim_statements`), :mod:`~.cancels`
 (cancels and cancel requests),
 :mod:`~.finish` (the queue's completions, an executor's reports), :mod:`~.handout`
 (the executor API's claim and its start timeout), :mod:`~.progress` (running

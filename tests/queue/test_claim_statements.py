@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import timedelta
 
 import pytest
 from django.db import connection, transaction
+from django.db.models.functions import Now
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from django_tasks_coord import db, flow, queue
 from django_tasks_coord.enums import Condition, TaskState
-from django_tasks_coord.models import Task
+from django_tasks_coord.models import Task, Topic
 from tests.conftest import skip_unless_row_locks
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -144,3 +147,32 @@ def test_a_two_statement_claim_whose_select_fails_gives_its_rows_back():
     task = Task.objects.get()
     assert (task.state, task.exec_id, task.attempts) == (TaskState.PENDING, None, 0)
     assert [t.identifier for t in queue.poll("jobs", 1)] == ["a"]
+
+
+def test_a_claim_reuses_its_statement_and_still_reads_the_clock_and_limits_now(monkeypatch):
+    """The statement of a claim without a condition is built once per topic and order,
+    whatever its limit: it holds no value of the moment, so a later claim with it still
+    leaves out what is not due by the database's clock, and takes nothing once the topic
+    has limits."""
+    from django_tasks_coord.store import claim_statements
+
+    queue.register_topic("jobs")
+    queue.push("jobs", "now", 1)
+    assert [task.identifier for task in queue.poll("jobs", 7)] == ["now"]  # built here
+    built = []
+    real = claim_statements._locking_sql
+    monkeypatch.setattr(
+        claim_statements, "_locking_sql", lambda *args: built.append(1) or real(*args)
+    )
+    queue.push("jobs", "later", 2, execute_at=timezone.now() + timedelta(hours=1))
+    assert queue.poll("jobs", 7) == []
+    assert queue.poll("jobs", 3) == []  # another limit: the same statement
+    Task.objects.filter(identifier="later").update(execute_at=Now())
+    assert [task.identifier for task in queue.poll("jobs", 7)] == ["later"]
+    if db.claim_statement(connection) in (db.CLAIM_RETURNING, db.CLAIM_JOINED):
+        assert not built  # the statement was not built again
+    monkeypatch.undo()
+    queue.push("jobs", "limited", 3)
+    Topic.objects.filter(name="jobs").update(concurrency_limit=5)  # the cache still says none
+    assert not flow.limits_of("jobs", db.alias()).limited
+    assert queue.poll("jobs", 7) == []  # the statement's own guard
