@@ -12,11 +12,12 @@ transaction back, and any node does it again: a fan-in step is enqueued exactly 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connections, transaction
 from django.db.models import Exists, OuterRef
 
 from django_tasks_coord import db
@@ -55,31 +56,54 @@ class Advanced:
     more: bool = False  #: it stopped at its limit: there may be more to do now
 
 
+def _enqueued(using: str) -> Any:
+    """The ENQUEUED steps whose task was inserted."""
+    return WorkflowStep.objects.using(using).filter(
+        state=StepState.ENQUEUED, task_sequence__isnull=False
+    )
+
+
+@functools.lru_cache(maxsize=16)
+def _enqueued_topics_sql(alias: str, vendor: str) -> tuple[str, tuple[Any, ...]]:
+    """The SQL of :func:`enqueued_topics`, compiled once: it holds no value of the moment."""
+    topics = _enqueued(alias).order_by().values_list("task_topic", flat=True).distinct()
+    sql, params = topics.query.get_compiler(using=alias).as_sql()
+    return sql, tuple(params)
+
+
+def enqueued_topics(using: str) -> list[str]:
+    """The topics of the ENQUEUED steps' tasks: one short statement, asked after every
+    batch of completions, whose SQL is built once (without workflows, the whole cost)."""
+    conn = connections[using]
+    sql, params = _enqueued_topics_sql(using, conn.vendor)
+    with conn.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [topic for (topic,) in cursor.fetchall()]
+
+
 def ready_workflows(limit: int) -> list[int]:
     """Ids of workflows with an ENQUEUED step whose task ended (or is gone), oldest first.
 
-    On PostgreSQL the task table is partitioned by topic, and a subquery that takes its
-    topic from the outer row cannot be pruned when it is planned: every partition would be
-    planned (twice) and probed for each ENQUEUED step, on every round of every node, a cost
-    that grows with the topics times the steps in flight. So the topics of the ENQUEUED
-    steps are read first (none: nothing to look at) and named in the subquery, which then
-    looks into their partitions only.
+    The topics of the ENQUEUED steps are read first (:func:`enqueued_topics`; none:
+    nothing to look at). On PostgreSQL the task table is partitioned by topic, and a
+    subquery that takes its topic from the outer row cannot be pruned when it is planned:
+    every partition would be planned (twice) and probed for each ENQUEUED step, on every
+    round of every node, a cost that grows with the topics times the steps in flight. So
+    there the subquery names those topics, and looks into their partitions only.
     """
     using = db.alias()
-    enqueued = WorkflowStep.objects.using(using).filter(
-        state=StepState.ENQUEUED, task_sequence__isnull=False
-    )
+    topics = enqueued_topics(using)
+    if not topics:
+        return []
     task = Task.objects.using(using).filter(
         topic_id=OuterRef("task_topic"), sequence=OuterRef("task_sequence")
     )
     if db.supports_partitioning(db.connection()):
-        topics = list(enqueued.order_by().values_list("task_topic", flat=True).distinct())
-        if not topics:
-            return []
         task = task.filter(topic_id__in=topics)
     ended = task.filter(state__in=list(STEP_OF_TASK))
     steps = (
-        enqueued.filter(Exists(ended) | ~Exists(task))
+        _enqueued(using)
+        .filter(Exists(ended) | ~Exists(task))
         .order_by("workflow_id")
         .values_list("workflow_id", flat=True)
         .distinct()

@@ -191,3 +191,29 @@ def test_the_ready_query_plans_only_the_partitions_of_the_enqueued_steps_topics(
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert partitions.partition_name("work") in plan
     assert partitions.partition_name("other") not in plan, plan
+
+
+@pytest.mark.django_db
+def test_with_no_step_enqueued_one_prebuilt_statement_asks_and_ends(work, monkeypatch):
+    """The completer asks after every batch of completions: without workflows in flight,
+    one short statement, built once (not a query compiled per batch, nor the join)."""
+    from django.db.models.sql import compiler
+
+    conn = db.connection()
+    ready_workflows(10)  # builds it
+    compiled = []
+    real = compiler.SQLCompiler.as_sql
+    monkeypatch.setattr(
+        compiler.SQLCompiler,
+        "as_sql",
+        lambda self, *a, **k: compiled.append(1) or real(self, *a, **k),
+    )
+    with CaptureQueriesContext(conn) as captured:
+        assert ready_workflows(10) == []
+        assert ready_workflows(10) == []
+    assert not compiled
+    assert len(captured.captured_queries) == 2
+    assert all("EXISTS" not in query["sql"].upper() for query in captured.captured_queries)
+    fan_in(2)  # the same prebuilt statement sees steps enqueued now
+    complete_all()
+    assert ready_workflows(10)
