@@ -120,6 +120,26 @@ def test_per_row_values_of_every_kind_are_kept_without_a_case_per_row_on_postgre
         assert update["sql"].count("WHEN") == 0
 
 
+def test_a_completion_statement_is_the_same_text_however_many_rows_on_postgresql(claimed):
+    """psycopg parses a statement's placeholders once per distinct text: the completer's
+    ``UPDATE`` of one row and of many must be one text (keys and values as arrays)."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("arrays of keys and values are PostgreSQL's")
+    sent: list[str] = []
+
+    def record(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+        sent.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        store.write_changes([store.Change(claimed[0], outcome(1))])
+        store.write_changes([store.Change(task, outcome(2)) for task in claimed[1:]])
+    assert len(sent) == 2 and sent[0] == sent[1], sent
+    assert [row.result for row in Task.objects.order_by("sequence")] == [1, 2, 2]
+
+
 def test_a_lost_claim_is_not_written(claimed):
     lost = claimed[0]
     queue.release(lost)  # back to PENDING: the claim the write quotes is gone
