@@ -68,6 +68,22 @@ def _stored_policy(items: tuple[tuple[str, Any], ...]) -> RetryPolicy:
         return DEFAULT_RETRY
 
 
+#: By alias: the ``TASKS`` backends configured (a new dict once the setting changes) and
+#: the class of that alias's backend.
+_backend_classes: dict[str, tuple[Any, type]] = {}
+
+
+def _backend_class(alias: str) -> type:
+    """The class of backend ``alias`` (the sender of Django's task signals), looked up once
+    per alias and setting rather than through ``task_backends``' per-thread lock twice per
+    task."""
+    configured = task_backends.settings  # replaced by Django when TASKS changes
+    known = _backend_classes.get(alias)
+    if known is None or known[0] is not configured:
+        known = _backend_classes[alias] = (configured, type(task_backends[alias]))
+    return known[1]
+
+
 def _payload(row: TaskRow) -> dict[str, Any]:
     return row.payload if isinstance(row.payload, dict) else {}
 
@@ -175,9 +191,9 @@ def execute(row: TaskRow) -> Decision:
         task = import_string(payload["task"])
         if not isinstance(task, Task):
             raise TypeError(f"{payload['task']!r} is not a Django task.")
-        backend = task_backends[payload["backend"]]
+        sender = _backend_class(payload["backend"])
         result = to_result(row, task)
-        task_started.send(type(backend), task_result=result)
+        task_started.send(sender, task_result=result)
         args = list(payload.get("args", []))
         if task.takes_context:
             args.insert(0, CoordTaskContext(task_result=result))
@@ -222,8 +238,8 @@ class DjangoTaskType(TaskType):
         """Send Django's ``task_finished`` (the node calls it once the outcome is written)."""
         payload = _payload(task)
         try:
-            backend = task_backends[payload["backend"]]
-            task_finished.send(type(backend), task_result=to_result(task))
+            sender = _backend_class(payload["backend"])
+            task_finished.send(sender, task_result=to_result(task))
         except Exception:
             logger.exception("Sending task_finished for %s failed.", task)
 

@@ -78,6 +78,32 @@ def test_task_started_and_task_finished_come_from_the_worker_with_the_backend_as
     assert tasks.fail.get_result(failing.id).status == TaskResultStatus.FAILED
 
 
+class RenamedBackend(DatabaseBackend):
+    """The same backend under another class: the sender of its tasks' signals."""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_signals_sender_follows_a_change_of_the_tasks_setting(settings):
+    """The sender's class is looked up once per alias, and again once ``TASKS`` changes."""
+    senders = []
+
+    def started(sender, **kwargs):
+        senders.append(sender)
+
+    task_started.connect(started)
+    try:
+        tasks.add.enqueue(1, 2)
+        run_node("default")
+        settings.TASKS = {
+            "default": {**settings.TASKS["default"], "BACKEND": f"{__name__}.RenamedBackend"}
+        }
+        tasks.add.using().enqueue(3, 4)
+        run_node("default")
+    finally:
+        task_started.disconnect(started)
+    assert senders == [DatabaseBackend, RenamedBackend]
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_retried_failure_is_not_finished():
     seen = []
