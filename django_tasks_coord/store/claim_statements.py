@@ -99,18 +99,16 @@ def due_query(name: str, order: Order, using: str) -> models.QuerySet[Task]:
 
 
 @functools.lru_cache(maxsize=512)
-def _due_select(alias: str, vendor: str, name: str, order: Order) -> tuple[str, tuple[Any, ...]]:
+def _due_select(alias: str, name: str, order: Order) -> tuple[str, tuple[Any, ...]]:
     return _locking_sql(due_query(name, order, alias), connections[alias])
 
 
-def picked_select(
-    alias: str, vendor: str, name: str, limit: int, order: Order
-) -> tuple[str, tuple[Any, ...]]:
+def picked_select(alias: str, name: str, limit: int, order: Order) -> tuple[str, tuple[Any, ...]]:
     """:func:`locking_select` of :func:`due_query`, built once per topic and order: it
     holds no value of the moment (its clock is the database's, its limit a parameter),
     so each claim of a topic without a condition reuses it rather than build and compile
     a query."""
-    sql, params = _due_select(alias, vendor, name, order)
+    sql, params = _due_select(alias, name, order)
     return sql, (*params, limit)
 
 

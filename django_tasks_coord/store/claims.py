@@ -111,7 +111,7 @@ def _claim(
     how = db.claim_statement(conn)
     try:
         if condition is None and how in (db.CLAIM_RETURNING, db.CLAIM_JOINED):
-            picked = statements.picked_select(conn.alias, conn.vendor, name, limit, order)
+            picked = statements.picked_select(conn.alias, name, limit, order)
             tasks = statements.take_picked(how, name, picked, changes, conn)
         else:
             due = statements.due_query(name, order, using)

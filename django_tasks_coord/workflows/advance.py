@@ -64,7 +64,7 @@ def _enqueued(using: str) -> Any:
 
 
 @functools.lru_cache(maxsize=16)
-def _enqueued_topics_sql(alias: str, vendor: str) -> tuple[str, tuple[Any, ...]]:
+def _enqueued_topics_sql(alias: str) -> tuple[str, tuple[Any, ...]]:
     """The SQL of :func:`enqueued_topics`, compiled once: it holds no value of the moment."""
     topics = _enqueued(alias).order_by().values_list("task_topic", flat=True).distinct()
     sql, params = topics.query.get_compiler(using=alias).as_sql()
@@ -75,7 +75,7 @@ def enqueued_topics(using: str) -> list[str]:
     """The topics of the ENQUEUED steps' tasks: one short statement, asked after every
     batch of completions, whose SQL is built once (without workflows, the whole cost)."""
     conn = connections[using]
-    sql, params = _enqueued_topics_sql(using, conn.vendor)
+    sql, params = _enqueued_topics_sql(using)
     with conn.cursor() as cursor:
         cursor.execute(sql, params)
         return [topic for (topic,) in cursor.fetchall()]
