@@ -5,8 +5,8 @@ autocommitted ``UPDATE ... RETURNING`` of the rows a locking ``SELECT`` picks (P
 SQLite 3.35+), an ``UPDATE`` joined to the rows it picks plus a ``SELECT`` of them
 (MariaDB), or a ``SELECT ... FOR UPDATE SKIP LOCKED`` and an ``UPDATE`` in one transaction
 (MySQL, older SQLite). The locking ``SELECT`` of a topic without a condition holds no value
-of the moment (its clock is the database's), so it is built once per topic, limit and
-order (:func:`picked_select`), not compiled anew by every claim.
+of the moment (its clock is the database's, its limit a parameter), so it is built once
+per topic and order (:func:`picked_select`), not compiled anew by every claim.
 """
 
 from __future__ import annotations

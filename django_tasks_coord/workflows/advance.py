@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import DatabaseError, connections, transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, QuerySet
 
 from django_tasks_coord import db
 from django_tasks_coord.enums import TaskState
@@ -56,7 +56,7 @@ class Advanced:
     more: bool = False  #: it stopped at its limit: there may be more to do now
 
 
-def _enqueued(using: str) -> Any:
+def _enqueued(using: str) -> QuerySet[WorkflowStep]:
     """The ENQUEUED steps whose task was inserted."""
     return WorkflowStep.objects.using(using).filter(
         state=StepState.ENQUEUED, task_sequence__isnull=False
